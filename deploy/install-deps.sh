@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs, from Debian's packages only, everything kvnode's build, tests and
+# Soft-RoCE VM test bed need. Idempotent and non-interactive: a second run on
+# a machine that has everything installs nothing and takes about a second.
+set -euo pipefail
+
+PACKAGES=(
+  # build
+  build-essential cmake pkg-config git
+  # rdma-core: verbs library, providers (rxe), tools, perftest baselines
+  rdma-core ibverbs-providers libibverbs-dev ibverbs-utils perftest iproute2
+  # libraries
+  libboost-dev librocksdb-dev libgflags-dev libgoogle-glog-dev libabsl-dev
+  libxxhash-dev nlohmann-json3-dev
+  # tests and benchmarks
+  libgtest-dev libgmock-dev libbenchmark-dev
+  # the VM test bed (the kernel package is only downloaded and extracted)
+  qemu-system-x86 busybox-static cpio kmod
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if ((${#missing[@]})); then
+  SUDO=""
+  [[ $(id -u) -eq 0 ]] || SUDO="sudo"
+  echo "install-deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+echo "install-deps: all ${#PACKAGES[@]} packages present"
