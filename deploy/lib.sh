@@ -1,0 +1,41 @@
+# Shared helpers for the deploy/ scripts. Source it; it defines functions only.
+
+# Prints the name of the first verbs device with an ACTIVE port 1 (or
+# $KVNODE_TEST_DEVICE's name when set); returns 1 when there is none.
+kv_active_device() {
+  local want=${KVNODE_TEST_DEVICE:-} dev
+  want=${want%%:*}
+  for dev in /sys/class/infiniband/*; do
+    [[ -e $dev/ports/1/state ]] || continue
+    [[ -z $want || $want == "${dev##*/}" ]] || continue
+    if grep -q ACTIVE "$dev/ports/1/state"; then
+      echo "${dev##*/}"
+      return 0
+    fi
+  done
+  return 1
+}
+
+# Prints the GID index to use on DEVICE port 1: the IPv4-mapped RoCE v2 GID
+# (::ffff:a.b.c.d) where there is one (rxe needs it), else 0.
+kv_gid_index() {
+  local dev=$1 g idx
+  for g in /sys/class/infiniband/"$dev"/ports/1/gids/*; do
+    idx=${g##*/}
+    if grep -q '^0000:0000:0000:0000:0000:ffff:' "$g" 2>/dev/null &&
+      grep -q 'RoCE v2' "/sys/class/infiniband/$dev/ports/1/gid_attrs/types/$idx" 2>/dev/null; then
+      echo "$idx"
+      return 0
+    fi
+  done
+  echo 0
+}
+
+# Waits until a TCP port on the loopback is listening, up to SECONDS.
+kv_wait_listen() { # PORT SECONDS
+  local port=$1 deadline=$((SECONDS + $2))
+  until ss -Hltn "sport = :$port" | grep -q LISTEN; do
+    ((SECONDS < deadline)) || return 1
+    sleep 0.05 # polling a condition under a deadline, not synchronising by time
+  done
+}

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The test command: installs what the build needs, builds from scratch into
+# build/, runs the unit tests on the host and the device tests (ctest labels
+# rdma and e2e) on a real verbs device: natively when this host has an ACTIVE
+# one, otherwise inside deploy/rxe-vm (Soft-RoCE in a QEMU guest). Fails when
+# any device test was skipped instead of run.
+#
+#   deploy/test.sh            everything
+#   deploy/test.sh --unit     only the host unit tests
+#   KVNODE_TEST_FILTER=REGEX  only tests whose name matches (ctest -R)
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+source deploy/lib.sh
+
+unit_only=0
+[[ ${1:-} == --unit ]] && unit_only=1
+jobs=$(nproc)
+filter=()
+[[ -n ${KVNODE_TEST_FILTER:-} ]] && filter=(-R "$KVNODE_TEST_FILTER")
+
+deploy/install-deps.sh
+
+echo "== configure and build (build/)"
+mkdir -p build
+cmake --fresh -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >build/configure.log ||
+  { cat build/configure.log; exit 1; }
+cmake --build build -j "$jobs"
+
+echo "== unit tests (host)"
+(cd build && ctest -L unit --output-on-failure --no-tests=error -j "$jobs" "${filter[@]}") | tee build/unit.log
+((unit_only)) && exit 0
+
+# Device tests: ctest's log is kept so that skips can be counted.
+device_ctest=(ctest -L 'rdma|e2e' --output-on-failure --no-tests=error "${filter[@]}")
+if dev=$(kv_active_device); then
+  echo "== device tests (native, $dev)"
+  rc=0
+  (cd build && "${device_ctest[@]}") | tee build/device.log || rc=$?
+else
+  echo "== device tests (no verbs device on this host: Soft-RoCE rxe0 in deploy/rxe-vm)"
+  rc=0
+  deploy/rxe-vm -- bash -c 'cd build && "$@"' _ "${device_ctest[@]}" | tee build/device.log || rc=$?
+fi
+if ((rc != 0)); then
+  echo "deploy/test.sh: device tests failed (exit $rc)"
+  exit "$rc"
+fi
+if grep -q '(Skipped)' build/device.log; then
+  echo "deploy/test.sh: device tests were skipped instead of run:"
+  grep '(Skipped)' build/device.log
+  exit 1
+fi
+
+summary() { # LOG -> "passed failed"
+  sed -nE 's/.*tests passed, ([0-9]+) tests failed out of ([0-9]+).*/\2 \1/p' "$1" | tail -1
+}
+read -r u_total u_failed < <(summary build/unit.log)
+read -r d_total d_failed < <(summary build/device.log)
+echo "unit: $((u_total - u_failed)) passed, $u_failed failed; device: $((d_total - d_failed)) passed, $d_failed failed"
+echo "$((u_total + d_total - u_failed - d_failed)) passed, $((u_failed + d_failed)) failed"
