@@ -16,25 +16,25 @@ constexpr size_t kQpInfoSize = 28;
 constexpr uint32_t kMax24 = 0xffffff;
 
 absl::Status Truncated(std::string_view what) {
-  return absl::DataLossError(absl::StrCat("control: truncated ", what));
+  return absl::DataLossError(absl::StrCat("control: truncated ", internal::Av(what)));
 }
 
 absl::Status CheckLen(std::string_view field, size_t size, size_t max) {
   if (size > max) {
     return absl::InvalidArgumentError(
-        absl::StrCat("control: ", field, " is ", size, " bytes, limit ", max));
+        absl::StrCat("control: ", internal::Av(field), " is ", size, " bytes, limit ", max));
   }
   return absl::OkStatus();
 }
 
 absl::Status CheckQp(const QpInfo& qp, std::string_view who) {
   if (qp.qpn > kMax24 || qp.psn > kMax24) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("control: ", who, " QPN ", qp.qpn, " or PSN ", qp.psn, " exceeds 24 bits"));
+    return absl::InvalidArgumentError(absl::StrCat("control: ", internal::Av(who), " QPN ", qp.qpn,
+                                                   " or PSN ", qp.psn, " exceeds 24 bits"));
   }
   if (qp.mtu < 1 || qp.mtu > 5) {
     return absl::InvalidArgumentError(
-        absl::StrCat("control: ", who, " MTU enum ", qp.mtu, " not in 1..5"));
+        absl::StrCat("control: ", internal::Av(who), " MTU enum ", qp.mtu, " not in 1..5"));
   }
   return absl::OkStatus();
 }
@@ -47,7 +47,7 @@ void PutString(StringWriter& w, std::string_view s) {
 bool GetString(Reader& r, size_t max, std::string* s, absl::Status* err, std::string_view field) {
   uint16_t len;
   if (!r.U16(&len)) {
-    *err = Truncated(absl::StrCat(field, " length"));
+    *err = Truncated(absl::StrCat(internal::Av(field), " length"));
     return false;
   }
   if (len > max) {
@@ -86,9 +86,8 @@ absl::Status EncodePayload(const Hello& m, uint16_t version, StringWriter& w) {
     return s;
   }
   if (m.protocol_version != version) {
-    return absl::InvalidArgumentError(absl::StrCat("control: Hello.protocol_version ",
-                                                   m.protocol_version, " but the frame says ",
-                                                   version));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "control: Hello.protocol_version ", m.protocol_version, " but the frame says ", version));
   }
   w.U16(m.protocol_version);
   w.U64(m.client_id);
@@ -245,7 +244,8 @@ absl::StatusOr<ControlMessage> DecodeReasonText(Reader& r, std::string_view name
   } else {
     m.reason = static_cast<Enum>(code);
   }
-  if (!GetString(r, kMaxMessageTextSize, &m.message, &err, absl::StrCat(name, ".message"))) {
+  if (!GetString(r, kMaxMessageTextSize, &m.message, &err,
+                 absl::StrCat(internal::Av(name), ".message"))) {
     return err;
   }
   return m;
@@ -341,9 +341,9 @@ absl::StatusOr<ControlMessage> DecodeControlPayload(const FrameHeader& header,
   const auto type = static_cast<MessageType>(header.type);
   // Error keeps its layout in every version (see Error); all else must match.
   if (header.version != kProtocolVersion && type != MessageType::kError) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("control: unsupported protocol version ", header.version,
-                     " (this build speaks ", kProtocolVersion, ")"));
+    return absl::FailedPreconditionError(absl::StrCat("control: unsupported protocol version ",
+                                                      header.version, " (this build speaks ",
+                                                      kProtocolVersion, ")"));
   }
   Reader r(payload);
   absl::StatusOr<ControlMessage> m;
@@ -419,8 +419,7 @@ void FrameAssembler::Append(std::span<const uint8_t> bytes) {
 }
 
 absl::StatusOr<std::optional<ControlMessage>> FrameAssembler::Next() {
-  const std::span<const uint8_t> avail =
-      AsBytes(std::string_view(buf_).substr(pos_));
+  const std::span<const uint8_t> avail = AsBytes(std::string_view(buf_).substr(pos_));
   if (avail.size() < kFrameHeaderSize) return std::nullopt;
   absl::StatusOr<FrameHeader> h = DecodeFrameHeader(avail);
   if (!h.ok()) return h.status();
@@ -434,8 +433,8 @@ absl::StatusOr<std::optional<ControlMessage>> FrameAssembler::Next() {
 
 absl::StatusOr<HostPort> ParseHostPort(std::string_view endpoint) {
   auto bad = [&](std::string_view why) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("endpoint \"", endpoint.substr(0, 64), "\": ", why));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "endpoint \"", internal::Av(endpoint.substr(0, 64)), "\": ", internal::Av(why)));
   };
   if (endpoint.size() > kMaxEndpointSize) return bad("too long");
   HostPort hp;

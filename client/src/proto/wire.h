@@ -14,7 +14,12 @@
 #include <string>
 #include <string_view>
 
+#include "absl/strings/string_view.h"
+
 namespace kvnode::proto::internal {
+
+// Debian's Abseil has its own string_view type; StrCat needs it.
+inline absl::string_view Av(std::string_view s) { return {s.data(), s.size()}; }
 
 inline void StoreLe(uint8_t* p, uint64_t v, size_t n) {
   for (size_t i = 0; i < n; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));

@@ -181,8 +181,8 @@ struct Error {
   friend bool operator==(const Error&, const Error&) = default;
 };
 
-using ControlMessage = std::variant<Hello, Welcome, ClientQp, Ready, Keepalive, KeepaliveAck,
-                                    Move, MoveAck, Goodbye, Error>;
+using ControlMessage = std::variant<Hello, Welcome, ClientQp, Ready, Keepalive, KeepaliveAck, Move,
+                                    MoveAck, Goodbye, Error>;
 
 MessageType TypeOf(const ControlMessage& m);
 
@@ -206,8 +206,8 @@ struct FrameHeader {
 
 // Decodes the payload of a frame whose header was already decoded. The payload
 // must be exactly header.payload_size bytes; trailing bytes are an error.
-[[nodiscard]] absl::StatusOr<ControlMessage> DecodeControlPayload(
-    const FrameHeader& header, std::span<const uint8_t> payload);
+[[nodiscard]] absl::StatusOr<ControlMessage> DecodeControlPayload(const FrameHeader& header,
+                                                                  std::span<const uint8_t> payload);
 
 // Decodes exactly one frame that fills `frame` entirely.
 [[nodiscard]] absl::StatusOr<ControlMessage> DecodeControlFrame(std::span<const uint8_t> frame);
