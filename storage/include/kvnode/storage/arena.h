@@ -1,0 +1,151 @@
+// The shared-memory arena: one Boost.Interprocess segment (managed_shared_memory
+// in /dev/shm by default, managed_mapped_file at a path, e.g. on hugetlbfs)
+// holding the ArenaHeader, the bucket index, a retire ring ("limbo") and the
+// object heap. Everything inside is addressed by byte offset from base(); the
+// whole mapping [base(), base() + size()) is meant to be registered as one MR
+// at iova 0. See docs/format.md.
+//
+// Thread safety: an Arena is mutated by a single writer at a time (the Store's
+// write path, or during a live upgrade the process that owns RocksDB). Any
+// number of processes may map it and read it.
+#ifndef KVNODE_STORAGE_ARENA_H_
+#define KVNODE_STORAGE_ARENA_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kvnode/storage/format.h"
+
+namespace kvnode::storage {
+
+inline constexpr uint64_t kArenaMagic = 0x414e455241564b4bULL;  // "KKVARENA"
+// Name of the header object inside the Boost segment.
+inline constexpr char kArenaHeaderName[] = "kvnode.arena.header";
+
+// Lives inside the segment. The first block is written once at creation and
+// covered by header_checksum; the second is written by the single writer with
+// 8-byte atomic stores (other processes may read it at any time).
+struct ArenaHeader {
+  // --- immutable after creation ---
+  uint64_t magic;
+  uint32_t layout_version;
+  uint32_t header_size;  // sizeof(ArenaHeader)
+  uint64_t mapping_size;
+  uint64_t index_offset;
+  uint64_t bucket_count;
+  uint32_t bucket_size;
+  uint32_t slots_per_bucket;
+  uint64_t hash_seed;
+  uint64_t arena_id;
+  uint64_t limbo_offset;
+  uint64_t limbo_capacity;
+  uint64_t header_checksum;  // XXH3-64 of the fields above
+  // --- mutable, single writer ---
+  uint64_t generation;  // equals the generation recorded in RocksDB while valid
+  uint64_t clean;       // 1 only after a clean Close(); 0 while a writer owns it
+  uint64_t writer_pid;  // informational
+  uint64_t limbo_head;  // ring counters; entry i lives at i % limbo_capacity
+  uint64_t limbo_tail;
+  uint64_t clock_hand;  // next home bucket the CLOCK looks at
+  uint64_t num_keys;    // keys in the store (resident or not)
+  uint64_t resident_keys;
+  uint64_t marker_slots;
+  uint64_t evictions;
+  uint64_t overflow_buckets;
+  uint64_t lossy_buckets;
+  uint64_t heap_bytes;    // bytes of live objects in the heap
+  uint64_t inline_bytes;  // bytes of live objects inline in buckets
+  uint64_t reserved[8];
+};
+
+// One retired allocation waiting for its grace period (limbo ring entry).
+struct LimboEntry {
+  uint64_t offset;         // object offset
+  uint64_t bucket_offset;  // 0: heap block; else inline in this bucket
+  uint64_t length;         // footprint in bytes
+  uint64_t retire_ns;      // CLOCK_MONOTONIC when retired
+};
+
+struct ArenaOptions {
+  // Shared-memory object name (in /dev/shm), used when file_path is empty.
+  std::string shm_name = "kvnode-arena";
+  // If non-empty: a managed_mapped_file at this path instead (hugetlbfs mount
+  // for huge pages; size is rounded up to the file system's block size).
+  std::string file_path = "";
+  // Bytes in the mapping, rounded up to the page (or huge page) size.
+  uint64_t size = uint64_t{256} << 20;
+  // Bucket size in bytes: 64 (no inline values) .. 512; the first 64 bytes hold
+  // the slots, the rest inline objects.
+  uint32_t bucket_size = 256;
+  // Home buckets, a power of two; 0 = the largest power of two whose index
+  // takes at most 1/8 of the arena.
+  uint64_t bucket_count = 0;
+  // Entries in the retire ring (32 bytes each).
+  uint32_t limbo_capacity = 65536;
+  // Key hash seed; 0 = random at creation.
+  uint64_t hash_seed = 0;
+
+  [[nodiscard]] absl::Status Validate() const;
+};
+
+class Arena {
+ public:
+  // Creates a new segment (removing an existing one of ours first), mode 0600.
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<Arena>> Create(const ArenaOptions& options);
+  // Maps an existing segment without touching its contents. Refuses:
+  //   NotFound            no such segment
+  //   PermissionDenied    owned by another user, or group/other permission bits set
+  //   FailedPrecondition  not a kvnode arena, bad magic or checksum, other layout
+  //                       version, or sizes that disagree with the mapping or with
+  //                       `options` (size, bucket_size, bucket_count if non-zero)
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<Arena>> Attach(const ArenaOptions& options);
+  // Removes the segment name (existing mappings stay valid). OK if absent.
+  [[nodiscard]] static absl::Status Remove(const ArenaOptions& options);
+
+  ~Arena();
+  Arena(const Arena&) = delete;
+  Arena& operator=(const Arena&) = delete;
+
+  // The whole mapping: page-aligned base and length (register this as the MR).
+  char* base() const { return base_; }
+  uint64_t size() const { return size_; }
+  const Geometry& geometry() const { return geometry_; }
+  ArenaHeader* header() const { return header_; }
+  LimboEntry* limbo() const { return limbo_; }
+  // Where the segment lives ("/dev/shm/<name>" or the file path).
+  const std::string& path() const { return path_; }
+
+  // Heap (single writer). Returns the offset of `n` bytes aligned to `align`
+  // (a power of two, >= 8), or 0 when the heap has no room.
+  uint64_t Allocate(uint64_t n, uint64_t align);
+  void Deallocate(uint64_t offset);
+  uint64_t HeapFreeBytes() const;
+
+  template <typename T = char>
+  T* At(uint64_t offset) const {
+    return reinterpret_cast<T*>(base_ + offset);
+  }
+  uint64_t OffsetOf(const void* p) const {
+    return static_cast<uint64_t>(static_cast<const char*>(p) - base_);
+  }
+
+ private:
+  struct Impl;
+  explicit Arena(std::unique_ptr<Impl> impl);
+  absl::Status Bind(const ArenaOptions& options, bool created);
+
+  std::unique_ptr<Impl> impl_;
+  char* base_ = nullptr;
+  uint64_t size_ = 0;
+  ArenaHeader* header_ = nullptr;
+  LimboEntry* limbo_ = nullptr;
+  Geometry geometry_;
+  std::string path_;
+};
+
+}  // namespace kvnode::storage
+
+#endif  // KVNODE_STORAGE_ARENA_H_

@@ -1,0 +1,193 @@
+// Store: the node's storage engine. RocksDB is the source of truth; the arena
+// (arena.h) is an RDMA-readable cache of it that remote clients read with
+// one-sided READs (read_path.h).
+//
+// Threads: every method may be called from any number of threads. Writes
+// (Put, Delete, and promotion of a key into the arena) are serialised inside:
+// there is a single writer at a time, which is the invariant the index relies
+// on. Get runs concurrently with other Gets and waits only for the short
+// publication step of a write, never for its RocksDB write.
+//
+// Durability: Put and Delete return only after RocksDB accepted the write (WAL
+// on, fsync when sync_writes) and the arena was updated; a write that fails in
+// RocksDB is not published.
+//
+// Life cycle, cold and clean:
+//   Open()  -> [Put/Delete/Get]* -> Close()           (Close marks the arena clean)
+//   Open() re-attaches a clean arena whose generation matches RocksDB's without
+//   reading any data; otherwise it rebuilds the arena from RocksDB.
+// Live upgrade (old process O, new process N, both alive):
+//   N: AttachLive()          maps the arena, validates it, reads nothing else;
+//                            N can register it and serve Get from the arena.
+//   O: FlushDb()             optional pre-flush while still serving writes
+//   O: CloseDbForHandoff()   stops writes, flushes and closes RocksDB; the arena
+//                            stays mapped, readable and NOT marked clean or lost
+//   N: OpenDb()              opens RocksDB, checks the generations agree, and
+//                            becomes the writer
+//   O: destroys its Store    (unmaps only). On a failed handoff, before N opened
+//                            the DB: O: ReopenDbAfterFailedHandoff().
+#ifndef KVNODE_STORAGE_STORE_H_
+#define KVNODE_STORAGE_STORE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "kvnode/storage/arena.h"
+#include "kvnode/storage/format.h"
+#include "kvnode/storage/limits.h"
+
+namespace rocksdb {
+class DB;
+class ColumnFamilyHandle;
+}  // namespace rocksdb
+
+namespace kvnode::storage {
+
+class IndexWriter;
+
+struct StoreOptions {
+  // RocksDB directory (required). Created if missing when create_if_missing.
+  std::string db_path = "";
+  bool create_if_missing = true;
+  // fsync the WAL before a write is acknowledged.
+  bool sync_writes = true;
+
+  // Arena segment: a POSIX shared-memory object /dev/shm/<shm_name>, or, if
+  // arena_file is set, a managed_mapped_file at that path (a hugetlbfs mount
+  // for huge pages). Created with mode 0600.
+  std::string shm_name = "kvnode-arena";
+  std::string arena_file = "";
+  // Mapping size in bytes (rounded up to the page / huge page size).
+  uint64_t arena_size = uint64_t{256} << 20;
+  // Index geometry, see ArenaOptions. bucket_count 0 = automatic.
+  uint32_t bucket_size = 256;
+  uint64_t bucket_count = 0;
+  uint32_t limbo_capacity = 65536;
+  uint64_t hash_seed = 0;  // 0 = random per created arena
+
+  // How long retired object memory stays untouched before reuse, so that
+  // readers that read a slot just before an update still find the old object.
+  uint64_t reuse_grace_us = 50000;
+  // A Get served from RocksDB brings the key back into the arena (may evict).
+  bool promote_on_get = true;
+
+  [[nodiscard]] absl::Status Validate() const;
+  ArenaOptions arena_options() const;
+};
+
+struct StoreStats {
+  uint64_t keys = 0;           // keys in the store
+  uint64_t resident_keys = 0;  // keys readable from the arena
+  uint64_t marker_slots = 0;   // non-resident keys with a marker
+  uint64_t lossy_buckets = 0;  // chains whose misses must go to the server
+  uint64_t evictions = 0;      // since the arena was created
+  uint64_t overflow_buckets = 0;
+  uint64_t arena_bytes = 0;      // mapping size (the MR length)
+  uint64_t index_bytes = 0;      // home buckets
+  uint64_t heap_free_bytes = 0;  // free bytes of the segment allocator
+  uint64_t heap_object_bytes = 0;
+  uint64_t inline_object_bytes = 0;
+  uint64_t limbo_entries = 0;  // retired allocations waiting for their grace
+  uint64_t generation = 0;
+  // This process only:
+  uint64_t puts = 0, deletes = 0;
+  uint64_t gets_arena = 0, gets_db = 0, gets_missing = 0, promotions = 0;
+  uint64_t rebuilt_keys = 0;  // keys loaded by the rebuild at Open (0 if none)
+};
+
+class Store {
+ public:
+  enum class OpenedAs { kCreated, kRebuilt, kReattached, kAttachedLive };
+
+  // Cold start or restart: opens RocksDB, then re-attaches a clean matching
+  // arena or (re)builds one from RocksDB. An arena of another user, or with
+  // group/other permissions, is an error (never rebuilt over).
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<Store>> Open(const StoreOptions& options);
+  // Live upgrade, new side: maps the existing arena only (O(1), no data read).
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<Store>> AttachLive(
+      const StoreOptions& options);
+
+  ~Store();  // without Close(): the arena is left dirty (next Open rebuilds)
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  // Live upgrade, new side: opens RocksDB (fails while the old owner holds
+  // it) and takes over as the writer. Fails with FailedPrecondition when the
+  // arena's generation is not the database's.
+  [[nodiscard]] absl::Status OpenDb();
+  // Flushes the memtable (makes the next open fast).
+  [[nodiscard]] absl::Status FlushDb();
+  // Live upgrade, old side: waits for in-flight writes, refuses new ones,
+  // flushes and closes RocksDB. The arena stays mapped and readable.
+  [[nodiscard]] absl::Status CloseDbForHandoff();
+  // Old side, after a handoff that failed before the new side opened the DB.
+  [[nodiscard]] absl::Status ReopenDbAfterFailedHandoff();
+  // Clean shutdown: closes RocksDB, then marks the arena clean.
+  [[nodiscard]] absl::Status Close();
+
+  // Returns the version given to this write (increasing across the store's
+  // life). InvalidArgument for an empty or oversize key or an oversize value;
+  // FailedPrecondition when this process is not the writer (DB not open).
+  [[nodiscard]] absl::StatusOr<uint64_t> Put(std::string_view key, std::string_view value);
+  // Deleting an absent key is OK.
+  [[nodiscard]] absl::Status Delete(std::string_view key);
+
+  struct GetResult {
+    std::string value;
+    uint64_t version = 0;
+    bool from_arena = false;
+  };
+  // The arena if the key is resident, else RocksDB. NotFound if absent;
+  // Unavailable when the key is not resident and the DB is not open here.
+  [[nodiscard]] absl::StatusOr<GetResult> Get(std::string_view key);
+
+  // The mapping to register (one MR, iova 0: remote address = arena offset).
+  char* arena_base() const;
+  uint64_t arena_size() const;
+  // What clients need to read (send Geometry::Encode() at connect).
+  const Geometry& geometry() const;
+  const Arena& arena() const { return *arena_; }
+  OpenedAs opened_as() const { return opened_as_; }
+  StoreStats stats() const;
+
+ private:
+  explicit Store(const StoreOptions& options);
+  absl::Status OpenRocksDb() ABSL_EXCLUSIVE_LOCKS_REQUIRED(db_mu_);
+  void CloseRocksDb() ABSL_EXCLUSIVE_LOCKS_REQUIRED(db_mu_);
+  absl::Status Rebuild() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_, db_mu_);
+  absl::Status Claim() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_, db_mu_);
+  absl::StatusOr<bool> DbContains(std::string_view key) ABSL_SHARED_LOCKS_REQUIRED(db_mu_);
+  absl::StatusOr<bool> ReadFromDb(std::string_view key, GetResult* out)
+      ABSL_SHARED_LOCKS_REQUIRED(db_mu_);
+  void Promote(std::string_view key);
+
+  const StoreOptions options_;
+  // Lock order: write_mu_, then db_mu_, then arena_mu_.
+  absl::Mutex write_mu_;                // the single writer
+  mutable absl::Mutex db_mu_;           // db_ lifetime (shared: use, exclusive: open/close)
+  mutable absl::Mutex arena_mu_;        // index words (shared: Get, exclusive: publish)
+  std::unique_ptr<Arena> arena_;        // set once in Open/AttachLive, then immutable
+  std::unique_ptr<IndexWriter> index_;  // ditto
+  rocksdb::DB* db_ ABSL_GUARDED_BY(db_mu_) = nullptr;
+  std::vector<rocksdb::ColumnFamilyHandle*> cfs_ ABSL_GUARDED_BY(db_mu_);  // data, meta
+  uint64_t last_version_ ABSL_GUARDED_BY(write_mu_) = 0;
+  bool closed_ ABSL_GUARDED_BY(write_mu_) = false;
+  OpenedAs opened_as_ = OpenedAs::kCreated;
+  uint64_t rebuilt_keys_ = 0;
+  mutable std::atomic<uint64_t> puts_{0}, deletes_{0}, gets_arena_{0}, gets_db_{0},
+      gets_missing_{0}, promotions_{0};
+};
+
+const char* OpenedAsName(Store::OpenedAs a);
+
+}  // namespace kvnode::storage
+
+#endif  // KVNODE_STORAGE_STORE_H_

@@ -1,0 +1,529 @@
+#include "kvnode/storage/store.h"
+
+#include <unistd.h>
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "glog/logging.h"
+#include "index.h"
+#include "kvnode/storage/read_path.h"
+#include "rocksdb/db.h"
+#include "rocksdb/options.h"
+#include "rocksdb/write_batch.h"
+
+namespace kvnode::storage {
+namespace {
+
+constexpr char kMetaCf[] = "kvnode.meta";
+constexpr char kGenerationKey[] = "generation";
+constexpr char kLastVersionKey[] = "last_version";
+constexpr size_t kVersionPrefix = 8;  // RocksDB value = u64 version + value bytes
+
+std::string U64(uint64_t v) {
+  std::string s(8, '\0');
+  StoreU64(s.data(), v);
+  return s;
+}
+
+absl::Status FromRocks(const rocksdb::Status& s, absl::string_view what) {
+  if (s.ok()) return absl::OkStatus();
+  const std::string msg = absl::StrCat(what, ": rocksdb: ", s.ToString());
+  if (s.IsNotFound()) return absl::NotFoundError(msg);
+  if (s.IsCorruption()) return absl::DataLossError(msg);
+  if (s.IsIOError() && s.ToString().find("lock") != std::string::npos) {
+    return absl::UnavailableError(msg);  // held by another process
+  }
+  if (s.IsInvalidArgument()) return absl::InvalidArgumentError(msg);
+  return absl::InternalError(msg);
+}
+
+absl::Status CheckKey(std::string_view key) {
+  if (key.empty()) return absl::InvalidArgumentError("empty key");
+  if (key.size() > kMaxKeySize) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("key of ", key.size(), " bytes exceeds the limit of ", kMaxKeySize));
+  }
+  return absl::OkStatus();
+}
+
+std::atomic_ref<uint64_t> HeaderWord(uint64_t& field) { return std::atomic_ref<uint64_t>(field); }
+
+}  // namespace
+
+const char* OpenedAsName(Store::OpenedAs a) {
+  switch (a) {
+    case Store::OpenedAs::kCreated:
+      return "created";
+    case Store::OpenedAs::kRebuilt:
+      return "rebuilt";
+    case Store::OpenedAs::kReattached:
+      return "reattached";
+    case Store::OpenedAs::kAttachedLive:
+      return "attached-live";
+  }
+  return "?";
+}
+
+absl::Status StoreOptions::Validate() const {
+  if (db_path.empty()) return absl::InvalidArgumentError("store: db_path is required");
+  if (reuse_grace_us > 60ull * 1000 * 1000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("store: reuse_grace_us ", reuse_grace_us, " is more than a minute"));
+  }
+  return arena_options().Validate();
+}
+
+ArenaOptions StoreOptions::arena_options() const {
+  ArenaOptions a;
+  a.shm_name = shm_name;
+  a.file_path = arena_file;
+  a.size = arena_size;
+  a.bucket_size = bucket_size;
+  a.bucket_count = bucket_count;
+  a.limbo_capacity = limbo_capacity;
+  a.hash_seed = hash_seed;
+  return a;
+}
+
+Store::Store(const StoreOptions& options) : options_(options) {}
+
+Store::~Store() {
+  absl::MutexLock w(&write_mu_);
+  absl::MutexLock d(&db_mu_);
+  if (db_ != nullptr) {
+    LOG(WARNING) << "store destroyed without Close(): arena " << arena_->path()
+                 << " left dirty; the next Open rebuilds it";
+    CloseRocksDb();
+  }
+}
+
+absl::Status Store::OpenRocksDb() {
+  rocksdb::DBOptions dbo;
+  dbo.create_if_missing = options_.create_if_missing;
+  dbo.create_missing_column_families = true;
+  std::vector<rocksdb::ColumnFamilyDescriptor> descs = {
+      {rocksdb::kDefaultColumnFamilyName, rocksdb::ColumnFamilyOptions()},
+      {kMetaCf, rocksdb::ColumnFamilyOptions()}};
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  rocksdb::DB* db = nullptr;
+  rocksdb::Status s = rocksdb::DB::Open(dbo, options_.db_path, descs, &handles, &db);
+  if (!s.ok()) return FromRocks(s, absl::StrCat("open database ", options_.db_path));
+  db_ = db;
+  cfs_ = handles;
+  return absl::OkStatus();
+}
+
+void Store::CloseRocksDb() {
+  if (db_ == nullptr) return;
+  for (rocksdb::ColumnFamilyHandle* h : cfs_) {
+    rocksdb::Status s = db_->DestroyColumnFamilyHandle(h);
+    if (!s.ok()) LOG(ERROR) << "destroy column family handle: " << s.ToString();
+  }
+  cfs_.clear();
+  rocksdb::Status s = db_->Close();
+  if (!s.ok()) LOG(ERROR) << "close database " << options_.db_path << ": " << s.ToString();
+  delete db_;
+  db_ = nullptr;
+}
+
+absl::Status Store::Rebuild() {
+  ArenaOptions ao = options_.arena_options();
+  absl::StatusOr<std::unique_ptr<Arena>> arena = Arena::Create(ao);
+  if (!arena.ok()) return arena.status();
+  arena_ = std::move(*arena);
+  index_ = std::make_unique<IndexWriter>(arena_.get(), options_.reuse_grace_us * 1000);
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), cfs_[0]));
+  uint64_t n = 0;
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    const rocksdb::Slice k = it->key();
+    const rocksdb::Slice v = it->value();
+    if (v.size() < kVersionPrefix || k.size() == 0 || k.size() > kMaxKeySize ||
+        v.size() - kVersionPrefix > kMaxValueSize) {
+      return absl::DataLossError(absl::StrCat("database ", options_.db_path, ": record ", n,
+                                              " has a malformed key or value"));
+    }
+    index_->Upsert(std::string_view(k.data(), k.size()),
+                   std::string_view(v.data() + kVersionPrefix, v.size() - kVersionPrefix),
+                   LoadU64(v.data()), /*existed=*/false, /*allow_evict=*/false);
+    ++n;
+  }
+  if (!it->status().ok()) return FromRocks(it->status(), "rebuild: iterate database");
+  rebuilt_keys_ = n;
+  return absl::OkStatus();
+}
+
+// Makes this process the writer: the arena is dirty while we own it, and its
+// generation is bumped in RocksDB first, then in the header.
+absl::Status Store::Claim() {
+  ArenaHeader* h = arena_->header();
+  HeaderWord(h->clean).store(0, std::memory_order_release);
+  HeaderWord(h->writer_pid).store(static_cast<uint64_t>(getpid()), std::memory_order_relaxed);
+  const uint64_t gen = HeaderWord(h->generation).load(std::memory_order_acquire) + 1;
+  rocksdb::WriteOptions wo;
+  wo.sync = true;
+  absl::Status s =
+      FromRocks(db_->Put(wo, cfs_[1], kGenerationKey, U64(gen)), "record arena generation");
+  if (!s.ok()) return s;
+  HeaderWord(h->generation).store(gen, std::memory_order_release);
+  std::string v;
+  rocksdb::Status rs = db_->Get(rocksdb::ReadOptions(), cfs_[1], kLastVersionKey, &v);
+  if (rs.ok() && v.size() == 8) {
+    last_version_ = LoadU64(v.data());
+  } else if (!rs.IsNotFound()) {
+    return FromRocks(rs, "read last version");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Store>> Store::Open(const StoreOptions& options) {
+  if (absl::Status s = options.Validate(); !s.ok()) return s;
+  std::unique_ptr<Store> store(new Store(options));
+  Store& st = *store;
+  absl::MutexLock w(&st.write_mu_);
+  absl::MutexLock d(&st.db_mu_);
+  if (absl::Status s = st.OpenRocksDb(); !s.ok()) return s;
+  uint64_t db_gen = 0;
+  std::string v;
+  rocksdb::Status rs = st.db_->Get(rocksdb::ReadOptions(), st.cfs_[1], kGenerationKey, &v);
+  if (rs.ok() && v.size() == 8) {
+    db_gen = LoadU64(v.data());
+  } else if (!rs.IsNotFound()) {
+    return FromRocks(rs, "read arena generation");
+  }
+
+  absl::StatusOr<std::unique_ptr<Arena>> arena = Arena::Attach(options.arena_options());
+  std::string why;
+  if (arena.ok()) {
+    const ArenaHeader* h = (*arena)->header();
+    const uint64_t clean = HeaderWord(const_cast<uint64_t&>(h->clean)).load();
+    const uint64_t gen = HeaderWord(const_cast<uint64_t&>(h->generation)).load();
+    if (clean != 1) {
+      why = "it was not shut down cleanly";
+    } else if (gen != db_gen) {
+      why = absl::StrCat("its generation ", gen, " is not the database's ", db_gen);
+    } else {
+      st.arena_ = std::move(*arena);
+      st.index_ = std::make_unique<IndexWriter>(st.arena_.get(), options.reuse_grace_us * 1000);
+      st.opened_as_ = OpenedAs::kReattached;
+    }
+  } else if (arena.status().code() == absl::StatusCode::kNotFound) {
+    st.opened_as_ = OpenedAs::kCreated;
+  } else if (arena.status().code() == absl::StatusCode::kFailedPrecondition) {
+    why = std::string(arena.status().message());
+  } else {
+    return arena.status();  // e.g. another user's segment: never rebuild over it
+  }
+  if (st.arena_ == nullptr) {
+    if (!why.empty()) {
+      LOG(WARNING) << "rebuilding arena "
+                   << (options.arena_file.empty() ? options.shm_name : options.arena_file)
+                   << " from " << options.db_path << ": " << why;
+      st.opened_as_ = OpenedAs::kRebuilt;
+    }
+    arena = absl::StatusOr<std::unique_ptr<Arena>>();  // unmap before re-creating
+    if (absl::Status s = st.Rebuild(); !s.ok()) return s;
+    // The rebuilt arena inherits the database's generation line.
+    HeaderWord(st.arena_->header()->generation).store(db_gen);
+  }
+  if (absl::Status s = st.Claim(); !s.ok()) return s;
+  LOG(INFO) << "store " << options.db_path << ": arena " << st.arena_->path() << " "
+            << OpenedAsName(st.opened_as_) << ", generation " << st.arena_->header()->generation
+            << ", " << st.arena_->header()->num_keys << " keys";
+  return store;
+}
+
+absl::StatusOr<std::unique_ptr<Store>> Store::AttachLive(const StoreOptions& options) {
+  if (absl::Status s = options.Validate(); !s.ok()) return s;
+  absl::StatusOr<std::unique_ptr<Arena>> arena = Arena::Attach(options.arena_options());
+  if (!arena.ok()) return arena.status();
+  std::unique_ptr<Store> store(new Store(options));
+  store->arena_ = std::move(*arena);
+  store->index_ = std::make_unique<IndexWriter>(store->arena_.get(), options.reuse_grace_us * 1000);
+  store->opened_as_ = OpenedAs::kAttachedLive;
+  return store;
+}
+
+absl::Status Store::OpenDb() {
+  absl::MutexLock w(&write_mu_);
+  absl::MutexLock d(&db_mu_);
+  if (db_ != nullptr) return absl::FailedPreconditionError("database already open");
+  if (closed_) return absl::FailedPreconditionError("store closed");
+  if (absl::Status s = OpenRocksDb(); !s.ok()) return s;
+  std::string v;
+  uint64_t db_gen = 0;
+  rocksdb::Status rs = db_->Get(rocksdb::ReadOptions(), cfs_[1], kGenerationKey, &v);
+  if (rs.ok() && v.size() == 8) db_gen = LoadU64(v.data());
+  const uint64_t gen = HeaderWord(arena_->header()->generation).load();
+  if (gen != db_gen) {
+    CloseRocksDb();
+    return absl::FailedPreconditionError(absl::StrCat(
+        "arena ", arena_->path(), " has generation ", gen, " but database ", options_.db_path,
+        " has ", db_gen, ": the arena does not reflect this database (use Open to rebuild)"));
+  }
+  if (absl::Status s = Claim(); !s.ok()) {
+    CloseRocksDb();
+    return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Store::FlushDb() {
+  absl::ReaderMutexLock d(&db_mu_);
+  if (db_ == nullptr) return absl::FailedPreconditionError("database not open");
+  rocksdb::FlushOptions fo;
+  fo.wait = true;
+  return FromRocks(db_->Flush(fo, cfs_), "flush database");
+}
+
+absl::Status Store::CloseDbForHandoff() {
+  absl::MutexLock w(&write_mu_);
+  absl::MutexLock d(&db_mu_);
+  if (db_ == nullptr) return absl::FailedPreconditionError("database not open");
+  rocksdb::FlushOptions fo;
+  fo.wait = true;
+  absl::Status s = FromRocks(db_->Flush(fo, cfs_), "flush database before handoff");
+  if (!s.ok()) return s;
+  CloseRocksDb();
+  return absl::OkStatus();
+}
+
+absl::Status Store::ReopenDbAfterFailedHandoff() {
+  absl::MutexLock w(&write_mu_);
+  absl::MutexLock d(&db_mu_);
+  if (db_ != nullptr) return absl::FailedPreconditionError("database already open");
+  if (closed_) return absl::FailedPreconditionError("store closed");
+  if (absl::Status s = OpenRocksDb(); !s.ok()) return s;
+  std::string v;
+  uint64_t db_gen = 0;
+  rocksdb::Status rs = db_->Get(rocksdb::ReadOptions(), cfs_[1], kGenerationKey, &v);
+  if (rs.ok() && v.size() == 8) db_gen = LoadU64(v.data());
+  if (db_gen != HeaderWord(arena_->header()->generation).load()) {
+    CloseRocksDb();
+    return absl::FailedPreconditionError(
+        "another process took over the database since the handoff; not resuming");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Store::Close() {
+  absl::MutexLock w(&write_mu_);
+  absl::MutexLock d(&db_mu_);
+  if (closed_) return absl::OkStatus();
+  closed_ = true;
+  if (db_ == nullptr) return absl::OkStatus();  // attached only, or handed off: not ours to mark
+  rocksdb::FlushOptions fo;
+  fo.wait = true;
+  absl::Status s = FromRocks(db_->Flush(fo, cfs_), "flush database at close");
+  CloseRocksDb();
+  if (!s.ok()) return s;
+  HeaderWord(arena_->header()->clean).store(1, std::memory_order_release);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> Store::DbContains(std::string_view key) {
+  std::string v;
+  rocksdb::Status s =
+      db_->Get(rocksdb::ReadOptions(), cfs_[0], rocksdb::Slice(key.data(), key.size()), &v);
+  if (s.IsNotFound()) return false;
+  if (!s.ok()) return FromRocks(s, "read");
+  return true;
+}
+
+absl::StatusOr<bool> Store::ReadFromDb(std::string_view key, GetResult* out) {
+  std::string v;
+  rocksdb::Status s =
+      db_->Get(rocksdb::ReadOptions(), cfs_[0], rocksdb::Slice(key.data(), key.size()), &v);
+  if (s.IsNotFound()) return false;
+  if (!s.ok()) return FromRocks(s, "read");
+  if (v.size() < kVersionPrefix) return absl::DataLossError("database value without version");
+  out->version = LoadU64(v.data());
+  out->value.assign(v.data() + kVersionPrefix, v.size() - kVersionPrefix);
+  out->from_arena = false;
+  return true;
+}
+
+absl::StatusOr<uint64_t> Store::Put(std::string_view key, std::string_view value) {
+  if (absl::Status s = CheckKey(key); !s.ok()) return s;
+  if (value.size() > kMaxValueSize) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("value of ", value.size(), " bytes exceeds the limit of ", kMaxValueSize));
+  }
+  absl::MutexLock w(&write_mu_);
+  absl::ReaderMutexLock d(&db_mu_);
+  if (db_ == nullptr) {
+    return absl::FailedPreconditionError("not the writer: database not open in this process");
+  }
+  const IndexWriter::Probe p = index_->Find(key);
+  bool existed = p.resident_slot != 0;
+  if (!existed && p.maybe_nonresident()) {
+    absl::StatusOr<bool> has = DbContains(key);
+    if (!has.ok()) return has.status();
+    existed = *has;
+  }
+  const uint64_t version = last_version_ + 1;
+  std::string record = U64(version);
+  record.append(value.data(), value.size());
+  rocksdb::WriteBatch batch;
+  batch.Put(cfs_[0], rocksdb::Slice(key.data(), key.size()), record);
+  batch.Put(cfs_[1], kLastVersionKey, U64(version));
+  rocksdb::WriteOptions wo;
+  wo.sync = options_.sync_writes;
+  if (absl::Status s = FromRocks(db_->Write(wo, &batch), "put"); !s.ok()) return s;
+  last_version_ = version;
+  {
+    absl::MutexLock a(&arena_mu_);
+    index_->Upsert(key, value, version, existed, /*allow_evict=*/true);
+  }
+  puts_.fetch_add(1, std::memory_order_relaxed);
+  return version;
+}
+
+absl::Status Store::Delete(std::string_view key) {
+  if (absl::Status s = CheckKey(key); !s.ok()) return s;
+  absl::MutexLock w(&write_mu_);
+  absl::ReaderMutexLock d(&db_mu_);
+  if (db_ == nullptr) {
+    return absl::FailedPreconditionError("not the writer: database not open in this process");
+  }
+  const IndexWriter::Probe p = index_->Find(key);
+  bool existed = p.resident_slot != 0;
+  if (!existed && p.maybe_nonresident()) {
+    absl::StatusOr<bool> has = DbContains(key);
+    if (!has.ok()) return has.status();
+    existed = *has;
+  }
+  rocksdb::WriteOptions wo;
+  wo.sync = options_.sync_writes;
+  if (absl::Status s =
+          FromRocks(db_->Delete(wo, cfs_[0], rocksdb::Slice(key.data(), key.size())), "delete");
+      !s.ok()) {
+    return s;
+  }
+  {
+    absl::MutexLock a(&arena_mu_);
+    index_->Remove(key, existed);
+  }
+  deletes_.fetch_add(1, std::memory_order_relaxed);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Store::GetResult> Store::Get(std::string_view key) {
+  if (absl::Status s = CheckKey(key); !s.ok()) return s;
+  const Geometry& g = arena_->geometry();
+  GetResult out;
+  bool ask_db = false;
+  {
+    // Same decoder as a remote client, on bytes copied under the shared lock
+    // (so they are never torn here).
+    absl::ReaderMutexLock a(&arena_mu_);
+    char buf[kMaxObjectSize + kInlineGranule];
+    ReadStep step = FirstRead(g, key);
+    for (int i = 0; i < 2 + 2 * static_cast<int>(kMaxChainLength); ++i) {
+      if (step.length > sizeof(buf) || step.offset > g.arena_size ||
+          step.length > g.arena_size - step.offset) {
+        ask_db = true;
+        break;
+      }
+      std::memcpy(buf, arena_->At(step.offset), step.length);
+      const ReadResult r = Decode(g, key, step, std::string_view(buf, step.length));
+      if (r.outcome == ReadResult::Outcome::kFound) {
+        out.value.assign(r.value.data(), r.value.size());
+        out.version = r.version;
+        out.from_arena = true;
+        index_->Touch(r.slot);
+        gets_arena_.fetch_add(1, std::memory_order_relaxed);
+        return out;
+      }
+      if (r.outcome == ReadResult::Outcome::kNotFound) {
+        gets_missing_.fetch_add(1, std::memory_order_relaxed);
+        return absl::NotFoundError("key not found");
+      }
+      if (r.outcome != ReadResult::Outcome::kNext) {
+        if (r.outcome == ReadResult::Outcome::kRetry) {
+          LOG_EVERY_N(WARNING, 1000) << "arena read retried under the lock: arena damaged?";
+        }
+        ask_db = true;
+        break;
+      }
+      step = r.next;
+    }
+    ask_db = true;
+  }
+  (void)ask_db;
+  {
+    absl::ReaderMutexLock d(&db_mu_);
+    if (db_ == nullptr) {
+      return absl::UnavailableError(
+          "key not resident in the arena and the database is not open here");
+    }
+    absl::StatusOr<bool> has = ReadFromDb(key, &out);
+    if (!has.ok()) return has.status();
+    if (!*has) {
+      gets_missing_.fetch_add(1, std::memory_order_relaxed);
+      return absl::NotFoundError("key not found");
+    }
+  }
+  gets_db_.fetch_add(1, std::memory_order_relaxed);
+  if (options_.promote_on_get) Promote(key);
+  return out;
+}
+
+void Store::Promote(std::string_view key) {
+  if (!write_mu_.TryLock()) return;  // a writer is busy: promotion is optional
+  {
+    absl::ReaderMutexLock d(&db_mu_);
+    if (db_ != nullptr && !closed_) {
+      const IndexWriter::Probe p = index_->Find(key);
+      GetResult cur;
+      absl::StatusOr<bool> has = p.resident_slot == 0 ? ReadFromDb(key, &cur) : false;
+      if (has.ok() && *has) {
+        absl::MutexLock a(&arena_mu_);
+        if (index_->Upsert(key, cur.value, cur.version, /*existed=*/true, /*allow_evict=*/true) ==
+            IndexWriter::Placement::kResident) {
+          promotions_.fetch_add(1, std::memory_order_relaxed);
+        }
+      }
+    }
+  }
+  write_mu_.Unlock();
+}
+
+char* Store::arena_base() const { return arena_->base(); }
+uint64_t Store::arena_size() const { return arena_->size(); }
+const Geometry& Store::geometry() const { return arena_->geometry(); }
+
+StoreStats Store::stats() const {
+  StoreStats s;
+  ArenaHeader* h = arena_->header();
+  auto ld = [](uint64_t& f) {
+    return std::atomic_ref<uint64_t>(f).load(std::memory_order_relaxed);
+  };
+  s.keys = ld(h->num_keys);
+  s.resident_keys = ld(h->resident_keys);
+  s.marker_slots = ld(h->marker_slots);
+  s.lossy_buckets = ld(h->lossy_buckets);
+  s.evictions = ld(h->evictions);
+  s.overflow_buckets = ld(h->overflow_buckets);
+  s.arena_bytes = arena_->size();
+  s.index_bytes = arena_->geometry().index_bytes();
+  {
+    absl::ReaderMutexLock a(&arena_mu_);
+    s.heap_free_bytes = arena_->HeapFreeBytes();
+  }
+  s.heap_object_bytes = ld(h->heap_bytes);
+  s.inline_object_bytes = ld(h->inline_bytes);
+  s.limbo_entries = ld(h->limbo_tail) - ld(h->limbo_head);
+  s.generation = ld(h->generation);
+  s.puts = puts_.load(std::memory_order_relaxed);
+  s.deletes = deletes_.load(std::memory_order_relaxed);
+  s.gets_arena = gets_arena_.load(std::memory_order_relaxed);
+  s.gets_db = gets_db_.load(std::memory_order_relaxed);
+  s.gets_missing = gets_missing_.load(std::memory_order_relaxed);
+  s.promotions = promotions_.load(std::memory_order_relaxed);
+  s.rebuilt_keys = rebuilt_keys_;
+  return s;
+}
+
+}  // namespace kvnode::storage
