@@ -30,7 +30,7 @@ State& GetState() {
 
 }  // namespace
 
-std::string_view ObjectKindName(ObjectKind kind) {
+const char* ObjectKindName(ObjectKind kind) {
   switch (kind) {
     case ObjectKind::kDevice:
       return "device";
@@ -120,7 +120,7 @@ void Accounting::Destroyed(ObjectKind kind, const void* obj) {
   s.live[static_cast<size_t>(kind)].erase(obj);
 }
 
-void Accounting::DestroyFailed(ObjectKind kind, const void* obj, std::string_view why) {
+void Accounting::DestroyFailed(ObjectKind kind, const void* obj, absl::string_view why) {
   State& s = GetState();
   s.destroy_failures.fetch_add(1);
   std::string label;

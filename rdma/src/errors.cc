@@ -9,7 +9,7 @@
 namespace kvnode::rdma {
 namespace {
 
-constexpr std::string_view KindName(RdmaErrorKind kind) {
+constexpr const char* KindName(RdmaErrorKind kind) {
   switch (kind) {
     case RdmaErrorKind::kMrInUse:
       return "MR_IN_USE";
@@ -43,7 +43,7 @@ absl::Status WithKind(absl::Status status, RdmaErrorKind kind) {
 }
 
 std::optional<RdmaErrorKind> GetRdmaErrorKind(const absl::Status& status) {
-  std::optional<absl::Cord> p = status.GetPayload(kRdmaErrorPayloadUrl);
+  auto p = status.GetPayload(kRdmaErrorPayloadUrl);
   if (!p) return std::nullopt;
   for (RdmaErrorKind k : kAllKinds) {
     if (*p == KindName(k)) return k;
@@ -57,7 +57,7 @@ bool IsRetryable(const absl::Status& status) {
          k == RdmaErrorKind::kRetryLater || k == RdmaErrorKind::kQueueFull;
 }
 
-absl::Status ErrnoStatus(std::string_view what, int err) {
+absl::Status ErrnoStatus(absl::string_view what, int err) {
   std::string msg = absl::StrCat(what, ": ", std::strerror(err), " (errno ", err, ")");
   switch (err) {
     case EINVAL:
@@ -81,7 +81,7 @@ absl::Status ErrnoStatus(std::string_view what, int err) {
   }
 }
 
-absl::Status WcStatusToStatus(std::string_view what, ibv_wc_status status, uint32_t vendor_err) {
+absl::Status WcStatusToStatus(absl::string_view what, ibv_wc_status status, uint32_t vendor_err) {
   if (status == IBV_WC_SUCCESS) return absl::OkStatus();
   std::string msg = absl::StrCat(what, ": completion status ", ibv_wc_status_str(status), " (",
                                  static_cast<int>(status), ", vendor_err ", vendor_err, ")");

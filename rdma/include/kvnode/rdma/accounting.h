@@ -14,9 +14,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
-#include <string_view>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 
 namespace kvnode::rdma {
 
@@ -31,11 +31,11 @@ enum class ObjectKind : int {
   kCount,  // not a kind
 };
 
-std::string_view ObjectKindName(ObjectKind kind);
+const char* ObjectKindName(ObjectKind kind);
 
 struct LiveCounts {
   std::array<int64_t, static_cast<size_t>(ObjectKind::kCount)> live{};
-  int64_t destroy_failures = 0;   // destroy/dereg/dealloc calls that failed
+  int64_t destroy_failures = 0;    // destroy/dereg/dealloc calls that failed
   int64_t undrained_destroys = 0;  // QPs destroyed with work still outstanding
   uint64_t pinned_bytes = 0;       // bytes registered in live MRs
 
@@ -64,7 +64,7 @@ class Accounting {
   // --- for the owners in kvrdma -------------------------------------------
   static void Created(ObjectKind kind, const void* obj, std::string label);
   static void Destroyed(ObjectKind kind, const void* obj);
-  static void DestroyFailed(ObjectKind kind, const void* obj, std::string_view why);
+  static void DestroyFailed(ObjectKind kind, const void* obj, absl::string_view why);
   static void UndrainedDestroy();
   static void Pinned(int64_t delta_bytes);
   static uint64_t PinnedBytes();

@@ -43,7 +43,7 @@ struct DeviceCaps {
   int max_qp_wr = 0;
   int max_sge = 0;
   int max_cqe = 0;
-  int max_qp_rd_atom = 0;      // outstanding READs as requester, per QP
+  int max_qp_rd_atom = 0;       // outstanding READs as requester, per QP
   int max_qp_init_rd_atom = 0;  // outstanding READs as responder, per QP
   uint64_t max_mr_size = 0;
   uint64_t page_size_cap = 0;

@@ -17,9 +17,9 @@
 
 #include <chrono>
 #include <optional>
-#include <string_view>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 
 namespace kvnode::rdma {
 
@@ -30,7 +30,7 @@ using Deadline = Clock::time_point;
 // A deadline `d` from now.
 inline Deadline DeadlineIn(Clock::duration d) { return Clock::now() + d; }
 
-inline constexpr std::string_view kRdmaErrorPayloadUrl = "kvnode.rdma/error-kind";
+inline constexpr absl::string_view kRdmaErrorPayloadUrl = "kvnode.rdma/error-kind";
 
 enum class RdmaErrorKind {
   // The MR still has references or outstanding work requests (code
@@ -66,12 +66,12 @@ bool IsRetryable(const absl::Status& status);
 // ENOMEM/EAGAIN -> ResourceExhausted (kRetryLater), EBUSY -> FailedPrecondition,
 // EOPNOTSUPP/ENOSYS -> Unimplemented, EPERM/EACCES -> PermissionDenied,
 // ENODEV/ENOENT -> NotFound, else Internal.
-absl::Status ErrnoStatus(std::string_view what, int err);
+absl::Status ErrnoStatus(absl::string_view what, int err);
 
 // Completion status -> status; OK for IBV_WC_SUCCESS. Remote access and
 // retry-exceeded errors map to kUnavailable (the peer is gone or revoked the
 // key: "move", never data), flushes to kAborted, others to kInternal.
-absl::Status WcStatusToStatus(std::string_view what, ibv_wc_status status, uint32_t vendor_err);
+absl::Status WcStatusToStatus(absl::string_view what, ibv_wc_status status, uint32_t vendor_err);
 
 }  // namespace kvnode::rdma
 
