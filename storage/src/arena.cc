@@ -204,20 +204,23 @@ absl::StatusOr<std::unique_ptr<Arena>> Arena::Create(const ArenaOptions& options
   if (buckets == 0) {
     buckets = std::bit_floor(std::max<uint64_t>(1, size / 8 / options.bucket_size));
   }
+  // The retire ring takes at most 1/16 of the arena.
+  const uint64_t limbo_capacity = std::max<uint64_t>(
+      16, std::min<uint64_t>(options.limbo_capacity, size / 16 / sizeof(LimboEntry)));
   ArenaHeader* h = nullptr;
   void* index = nullptr;
   void* limbo = nullptr;
   try {
     h = im.sm->construct<ArenaHeader>(kArenaHeaderName)();
     index = im.sm->allocate_aligned(buckets * options.bucket_size, 4096);
-    limbo = im.sm->allocate_aligned(uint64_t{options.limbo_capacity} * sizeof(LimboEntry), 64);
+    limbo = im.sm->allocate_aligned(limbo_capacity * sizeof(LimboEntry), 64);
   } catch (const std::exception& e) {
     return absl::ResourceExhaustedError(
         absl::StrCat("arena of ", size, " bytes cannot hold an index of ", buckets, " x ",
                      options.bucket_size, " bytes and its retire ring: ", e.what()));
   }
   std::memset(index, 0, buckets * options.bucket_size);
-  std::memset(limbo, 0, uint64_t{options.limbo_capacity} * sizeof(LimboEntry));
+  std::memset(limbo, 0, limbo_capacity * sizeof(LimboEntry));
   std::memset(static_cast<void*>(h), 0, sizeof(*h));
 
   std::random_device rd;
@@ -235,7 +238,7 @@ absl::StatusOr<std::unique_ptr<Arena>> Arena::Create(const ArenaOptions& options
     h->arena_id = rand64();
   } while (h->arena_id == 0);
   h->limbo_offset = arena->OffsetOf(limbo);
-  h->limbo_capacity = options.limbo_capacity;
+  h->limbo_capacity = limbo_capacity;
   h->header_checksum = HeaderChecksum(*h);
   if (absl::Status s = arena->Bind(options, /*created=*/true); !s.ok()) return s;
   return arena;

@@ -93,8 +93,10 @@ Store::~Store() {
   absl::MutexLock w(&write_mu_);
   absl::MutexLock d(&db_mu_);
   if (db_ != nullptr) {
-    LOG(WARNING) << "store destroyed without Close(): arena " << arena_->path()
-                 << " left dirty; the next Open rebuilds it";
+    if (arena_ != nullptr) {
+      LOG(WARNING) << "store destroyed without Close(): arena " << arena_->path()
+                   << " left dirty; the next Open rebuilds it";
+    }
     CloseRocksDb();
   }
 }

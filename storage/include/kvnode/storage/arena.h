@@ -83,7 +83,7 @@ struct ArenaOptions {
   // Home buckets, a power of two; 0 = the largest power of two whose index
   // takes at most 1/8 of the arena.
   uint64_t bucket_count = 0;
-  // Entries in the retire ring (32 bytes each).
+  // Entries in the retire ring (32 bytes each); capped at 1/16 of the arena.
   uint32_t limbo_capacity = 65536;
   // Key hash seed; 0 = random at creation.
   uint64_t hash_seed = 0;
