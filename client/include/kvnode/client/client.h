@@ -1,0 +1,237 @@
+// libkvclient: a client session with one kvnode.
+//
+// A Client connects over TCP (Hello -> Welcome -> ClientQp -> Ready, see
+// docs/protocol.md), opens its own verbs device context and one RC QP to the
+// node, then:
+//   - GET  = one-sided RDMA READs of the node's arena, decoded by the storage
+//            read path (storage/read_path.h); torn reads are retried, and
+//            after ClientOptions.max_read_retries, for non-resident keys
+//            (kSlowPath) or without a usable geometry, the GET goes by RPC;
+//   - PUT, DELETE, RPC GET, PING = SEND/RECV RPCs, never more outstanding than
+//            the server's credits, each carrying (client id, sequence); a
+//            retry reuses the sequence, so the server applies a write once.
+// Up to ClientOptions.max_outstanding operations are in flight at once on
+// the one QP (the asynchronous API: Submit + Poll). Every operation has a
+// deadline and fails only when it passes.
+//
+// Resilience (the contract with the server, see docs/protocol.md):
+//   - Move (live upgrade): the client stops posting on the old QP, lets what
+//     is outstanding there finish (BUSY answers are retried later), opens a
+//     new session at the given endpoint with the same client id, retries
+//     what did not finish with the same sequences, then sends MoveAck and
+//     Goodbye on the old control connection and destroys the old QP.
+//   - A lost session (control connection closed or silent for
+//     keepalive_timeout, Goodbye/Error from the server, a QP error): the QP
+//     is drained and destroyed, the client reconnects to the same endpoint
+//     with its client id (backing off), and retries what was in flight.
+//
+// Threading: a Client is owned by ONE thread. Every method must be called
+// from that thread; nothing takes a lock. Several Clients may live in one
+// thread (kvload drives several per thread) or in different threads.
+// Progress (completions, keep-alives, moves, retries, deadlines) happens only
+// inside Submit/Poll/Wait and the synchronous calls: call Poll at least every
+// second or the server may end an idle session (the client then reconnects
+// transparently on next use).
+//
+// Resources: the Client owns its device context, PD, CQ (with a completion
+// channel for Wait), QP(s) and registered buffers. Close() (or the
+// destructor) says Goodbye, drains the QP and releases everything: after the
+// last Client is gone, rdma::Accounting shows no live verbs object.
+#ifndef KVNODE_CLIENT_CLIENT_H_
+#define KVNODE_CLIENT_CLIENT_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "kvnode/client/errors.h"
+
+namespace kvnode::client {
+
+struct ClientOptions {
+  // "host:port" or "[v6]:port" of the node's control listener.
+  // Default "127.0.0.1:7000".
+  std::string server = "127.0.0.1:7000";
+  // Shared secret sent in Hello. Default "" (a node started without
+  // --auth_token_file accepts anything).
+  std::string auth_token;
+  // Name for the server's logs. Default "kvclient".
+  std::string client_name = "kvclient";
+  // Verbs device, e.g. "rxe0". Default "": the first device with an ACTIVE
+  // port. Each Client opens its own context on it.
+  std::string rdma_device;
+  // Port on that device. Default 1.
+  int rdma_port = 1;
+  // GID index. Default -1: automatic (rdma::DeviceOptions).
+  int gid_index = -1;
+
+  // Operations in flight at once (the depth of the asynchronous API).
+  // Default 32. 1..256. Registered memory grows with it (~52 KiB each).
+  uint32_t max_outstanding = 32;
+  // Deadline of an operation submitted without one. Default 5 s.
+  absl::Duration op_timeout = absl::Seconds(5);
+  // Bound on the TCP connect plus the whole Hello..Ready handshake of one
+  // attempt. Default 800 ms: a dead or hung server is noticed in < 1 s.
+  absl::Duration connect_timeout = absl::Milliseconds(800);
+  // Torn/racing READs retried before a GET falls back to RPC. Default 8.
+  uint32_t max_read_retries = 8;
+  // Default true: recover lost sessions (reconnect with the same client id
+  // and retry in-flight operations inside their deadlines). False: a lost
+  // session fails every operation with kConnectionLost.
+  bool reconnect = true;
+  // First and largest pause between reconnection attempts (doubling).
+  // Defaults 5 ms and 200 ms.
+  absl::Duration reconnect_backoff_min = absl::Milliseconds(5);
+  absl::Duration reconnect_backoff_max = absl::Milliseconds(200);
+  // First and largest pause before re-sending a request answered BUSY
+  // (doubling). Defaults 200 us and 20 ms.
+  absl::Duration busy_backoff_min = absl::Microseconds(200);
+  absl::Duration busy_backoff_max = absl::Milliseconds(20);
+  // A Keepalive is sent on the control connection when nothing was sent for
+  // this long. Default 1 s.
+  absl::Duration keepalive_interval = absl::Seconds(1);
+  // The session is considered lost when nothing was received on the control
+  // connection for this long although Keepalives were sent. Default 3 s.
+  absl::Duration keepalive_timeout = absl::Seconds(3);
+  // How long a Move may wait for the old QP's outstanding work before it is
+  // flushed (and retried on the new session). Default 1 s; a Move's own
+  // deadline_ms caps it at half of that.
+  absl::Duration move_drain_timeout = absl::Seconds(1);
+  // QP transport: local ACK timeout exponent and retry count. Defaults 12 and
+  // 2: a dead peer fails a READ after ~60 ms on rxe.
+  uint8_t qp_timeout = 12;
+  uint8_t qp_retry_cnt = 2;
+  // Default false: use the RDMA READ fast path for GET. True: every GET is
+  // an RPC (comparison and debugging).
+  bool rpc_get_only = false;
+
+  [[nodiscard]] absl::Status Validate() const;
+};
+
+enum class OpKind : uint8_t { kGet, kPut, kDelete, kPing };
+std::string_view OpKindName(OpKind kind);  // "get", "put", "delete", "ping"
+
+// One operation for Submit. Key and value are copied before Submit returns.
+struct OpRequest {
+  OpKind kind = OpKind::kGet;
+  std::string_view key;    // GET/PUT/DELETE: 1..max key size bytes
+  std::string_view value;  // PUT: the value; PING: echoed; else ignored
+  // Fails with kTimeout/kConnectionLost when it passes. Default (infinite
+  // future): submission time + ClientOptions.op_timeout.
+  absl::Time deadline = absl::InfiniteFuture();
+  uint64_t user_data = 0;  // returned in the OpResult
+  bool force_rpc = false;  // GET: skip the READ fast path
+};
+
+struct OpResult {
+  uint64_t user_data = 0;
+  OpKind kind = OpKind::kGet;
+  // OK, or a typed error (errors.h): NotFound for an absent key.
+  absl::Status status;
+  // Version of the value read (GET) or of the write applied (PUT, DELETE).
+  uint64_t version = 0;
+  // GET/PING when OK: the bytes. Points into the Client's buffers; valid
+  // until the next Submit, Poll, Wait or Close on this Client.
+  std::string_view value;
+  bool via_rpc = false;       // GET: answered by the server, not by READ
+  uint32_t read_retries = 0;  // GET: torn/racing READs retried
+  uint32_t sends = 0;         // RPC: times the request was sent (> 1: retried)
+  absl::Time submitted;
+  absl::Time completed;
+};
+
+// Counters since Connect (monotonic; never reset).
+struct ClientStats {
+  uint64_t ops_completed = 0;
+  uint64_t ops_failed = 0;
+  uint64_t gets_by_read = 0;  // GETs answered by the READ fast path
+  uint64_t gets_by_rpc = 0;   // GETs answered by RPC
+  uint64_t reads_posted = 0;
+  uint64_t read_retries = 0;  // torn/racing READs
+  uint64_t rpc_fallbacks = 0;  // GETs that fell back to RPC
+  uint64_t rpcs_sent = 0;
+  uint64_t rpc_resends = 0;  // same sequence sent again (BUSY, lost session, move)
+  uint64_t busy = 0;         // BUSY answers
+  uint64_t sessions = 0;     // sessions established (1 + reconnects + moves)
+  uint64_t reconnects = 0;
+  uint64_t moves = 0;
+  uint64_t timeouts = 0;
+  uint64_t stale_responses = 0;  // responses for no in-flight op (dropped)
+};
+
+struct GetResult {
+  std::string value;
+  uint64_t version = 0;
+};
+
+class Client {
+ public:
+  // Connects (one attempt bounded by connect_timeout; a refused or silent
+  // server fails with kConnectionLost, a refusal by the server with
+  // kRejected).
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<Client>> Connect(ClientOptions options);
+
+  ~Client();  // Close() with a short deadline if not closed yet.
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // --- synchronous API (only while no asynchronous op is outstanding) -------
+  [[nodiscard]] absl::StatusOr<GetResult> Get(std::string_view key,
+                                              absl::Time deadline = absl::InfiniteFuture());
+  // Returns the version the server assigned.
+  [[nodiscard]] absl::StatusOr<uint64_t> Put(std::string_view key, std::string_view value,
+                                             absl::Time deadline = absl::InfiniteFuture());
+  [[nodiscard]] absl::StatusOr<uint64_t> Delete(std::string_view key,
+                                                absl::Time deadline = absl::InfiniteFuture());
+  [[nodiscard]] absl::Status Ping(absl::Time deadline = absl::InfiniteFuture());
+  // Runs one operation synchronously.
+  [[nodiscard]] OpResult Execute(const OpRequest& op);
+
+  // --- asynchronous API -------------------------------------------------------
+  // Operations that may still be submitted (max_outstanding - in flight).
+  uint32_t available() const;
+  uint32_t outstanding() const;
+  // Starts `op`. ResourceExhausted when available() == 0; InvalidArgument
+  // for a bad key/value (nothing started); Unavailable when the client is
+  // closed or (reconnect off) the session is lost. Anything else is reported
+  // in the op's OpResult.
+  [[nodiscard]] absl::Status Submit(const OpRequest& op);
+  // Makes progress without blocking and returns finished operations (at
+  // most out.size()); 0 if none.
+  size_t Poll(std::span<OpResult> out);
+  // Blocks until a completion, a control message or `until` (or the next
+  // internal timer); then call Poll. Spurious wake-ups are fine.
+  void Wait(absl::Time until);
+  // Wait() over several clients owned by this thread.
+  static void WaitAny(std::span<Client* const> clients, absl::Time until);
+
+  // --- session ------------------------------------------------------------------
+  // Says Goodbye, fails whatever is outstanding with Unavailable after
+  // giving it until `deadline` to finish, drains the QP and releases every
+  // verbs object and buffer. Idempotent.
+  absl::Status Close(absl::Time deadline = absl::Now() + absl::Seconds(1));
+
+  uint64_t client_id() const;
+  uint64_t server_generation() const;
+  bool connected() const;      // a session is up right now
+  bool fast_get() const;       // the READ fast path is usable (geometry known)
+  const std::string& endpoint() const;  // where the current session is
+  const ClientStats& stats() const;
+  const ClientOptions& options() const;
+
+  class Impl;
+
+ private:
+  explicit Client(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvnode::client
+
+#endif  // KVNODE_CLIENT_CLIENT_H_
