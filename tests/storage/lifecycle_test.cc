@@ -1,0 +1,322 @@
+// Re-attach, rebuild, live-upgrade attach and handoff, permissions and header
+// validation.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <string>
+
+#include "child_process.h"
+#include "kvnode/storage/arena.h"
+#include "kvnode/storage/read_path.h"
+#include "kvnode/storage/store.h"
+#include "test_util.h"
+
+namespace kvnode::storage {
+namespace {
+
+using testing::TempStore;
+
+std::string Key(int i) { return "key-" + std::to_string(i); }
+std::string Value(int i) { return "value-" + std::to_string(i) + std::string(i % 50 * 7, 'v'); }
+
+void Fill(Store& s, int n) {
+  for (int i = 0; i < n; ++i) ASSERT_TRUE(s.Put(Key(i), Value(i)).ok());
+}
+void ExpectAll(Store& s, int n, bool from_arena) {
+  for (int i = 0; i < n; ++i) {
+    auto g = s.Get(Key(i));
+    ASSERT_TRUE(g.ok()) << Key(i) << ": " << g.status();
+    EXPECT_EQ(g->value, Value(i));
+    if (from_arena) {
+      EXPECT_TRUE(g->from_arena) << Key(i);
+    }
+  }
+}
+
+TEST(ReattachTest, CleanArenaIsReattachedWithoutReload) {
+  TempStore t;
+  {
+    auto s = Store::Open(t.options);
+    ASSERT_TRUE(s.ok()) << s.status();
+    Fill(**s, 500);
+    ASSERT_TRUE((*s)->Close().ok());
+  }
+  auto s = Store::Open(t.options);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ((*s)->opened_as(), Store::OpenedAs::kReattached);
+  EXPECT_EQ((*s)->stats().rebuilt_keys, 0u);
+  EXPECT_EQ((*s)->stats().keys, 500u);
+  ExpectAll(**s, 500, /*from_arena=*/true);
+}
+
+// The child: attaches the arena only (the database path given does not even
+// exist) and reads every key from it.
+TEST(ChildProcess, ReadAllFromArena) {
+  const char* shm = testing::Env("KVNODE_CHILD_SHM");
+  if (shm == nullptr) GTEST_SKIP() << "runs only as a child of ReattachTest";
+  StoreOptions o;
+  o.db_path = "/nonexistent/kvnode-child-must-not-open";
+  o.shm_name = shm;
+  o.arena_size = std::stoull(testing::Env("KVNODE_CHILD_SIZE"));
+  auto s = Store::AttachLive(o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  ExpectAll(**s, std::stoi(testing::Env("KVNODE_CHILD_KEYS")), /*from_arena=*/true);
+  EXPECT_TRUE(absl::IsFailedPrecondition((*s)->Put("x", "y").status()));
+}
+
+TEST(ReattachTest, SecondProcessReadsEveryKeyWithoutRocksDb) {
+  TempStore t;
+  auto s = Store::Open(t.options);
+  ASSERT_TRUE(s.ok()) << s.status();
+  Fill(**s, 300);
+  ASSERT_TRUE((*s)->Close().ok());
+  const pid_t pid = testing::SpawnTest("ChildProcess.ReadAllFromArena",
+                                       {{"KVNODE_CHILD_SHM", t.options.shm_name},
+                                        {"KVNODE_CHILD_SIZE", std::to_string(t.options.arena_size)},
+                                        {"KVNODE_CHILD_KEYS", "300"}});
+  ASSERT_GT(pid, 0);
+  EXPECT_EQ(testing::WaitChild(pid), 0);
+}
+
+TEST(ReattachTest, DirtyArenaIsRebuilt) {
+  TempStore t;
+  {
+    auto s = Store::Open(t.options);
+    ASSERT_TRUE(s.ok()) << s.status();
+    Fill(**s, 200);
+    // No Close(): as if the process died.
+  }
+  auto s = Store::Open(t.options);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ((*s)->opened_as(), Store::OpenedAs::kRebuilt);
+  EXPECT_EQ((*s)->stats().rebuilt_keys, 200u);
+  EXPECT_EQ((*s)->stats().keys, 200u);
+  ExpectAll(**s, 200, true);
+}
+
+TEST(ReattachTest, GenerationMismatchIsRebuiltAndRefusedLive) {
+  TempStore t;
+  {
+    auto s = Store::Open(t.options);
+    ASSERT_TRUE(s.ok()) << s.status();
+    Fill(**s, 100);
+    ASSERT_TRUE((*s)->Close().ok());
+  }
+  // The database is used with another arena meanwhile (and changes).
+  StoreOptions other = t.options;
+  other.shm_name += "-other";
+  {
+    auto s = Store::Open(other);
+    ASSERT_TRUE(s.ok()) << s.status();
+    ASSERT_TRUE((*s)->Put(Key(0), "changed").ok());
+    ASSERT_TRUE((*s)->Close().ok());
+  }
+  ASSERT_TRUE(Arena::Remove(other.arena_options()).ok());
+  {
+    // The old arena is clean but stale: attaching it live must be refused.
+    auto live = Store::AttachLive(t.options);
+    ASSERT_TRUE(live.ok()) << live.status();
+    absl::Status st = (*live)->OpenDb();
+    EXPECT_TRUE(absl::IsFailedPrecondition(st)) << st;
+    EXPECT_NE(st.message().find("generation"), std::string::npos) << st;
+  }
+  auto s = Store::Open(t.options);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ((*s)->opened_as(), Store::OpenedAs::kRebuilt);
+  auto g = (*s)->Get(Key(0));
+  ASSERT_TRUE(g.ok());
+  EXPECT_EQ(g->value, "changed");
+}
+
+TEST(ReattachTest, DifferentSizeIsRefusedLiveAndRebuiltCold) {
+  TempStore t;
+  {
+    auto s = Store::Open(t.options);
+    ASSERT_TRUE(s.ok()) << s.status();
+    Fill(**s, 50);
+    ASSERT_TRUE((*s)->Close().ok());
+  }
+  StoreOptions bigger = t.options;
+  bigger.arena_size *= 2;
+  auto live = Store::AttachLive(bigger);
+  ASSERT_FALSE(live.ok());
+  EXPECT_TRUE(absl::IsFailedPrecondition(live.status())) << live.status();
+  EXPECT_NE(live.status().message().find("bytes"), std::string::npos) << live.status();
+  StoreOptions other_buckets = t.options;
+  other_buckets.bucket_size = 128;
+  EXPECT_TRUE(absl::IsFailedPrecondition(Store::AttachLive(other_buckets).status()));
+  auto s = Store::Open(bigger);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ((*s)->opened_as(), Store::OpenedAs::kRebuilt);
+  EXPECT_EQ((*s)->arena_size(), bigger.arena_size);
+  ExpectAll(**s, 50, true);
+}
+
+TEST(LiveUpgradeTest, AttachWhileOldServesThenHandOff) {
+  TempStore t;
+  auto old_s = Store::Open(t.options);
+  ASSERT_TRUE(old_s.ok()) << old_s.status();
+  Store& o = **old_s;
+  Fill(o, 400);
+
+  auto new_s = Store::AttachLive(t.options);
+  ASSERT_TRUE(new_s.ok()) << new_s.status();
+  Store& n = **new_s;
+  EXPECT_EQ(n.opened_as(), Store::OpenedAs::kAttachedLive);
+  EXPECT_EQ(n.stats().keys, 400u);
+  EXPECT_EQ(n.geometry(), o.geometry());
+  ExpectAll(n, 400, true);
+  EXPECT_TRUE(absl::IsFailedPrecondition(n.Put("x", "y").status()));
+  // The old process still owns RocksDB.
+  absl::Status st = n.OpenDb();
+  EXPECT_FALSE(st.ok());
+  // The old process keeps writing; the new one sees it through the arena.
+  ASSERT_TRUE(o.Put(Key(1), "from-old").ok());
+  EXPECT_EQ(n.Get(Key(1))->value, "from-old");
+
+  ASSERT_TRUE(o.FlushDb().ok());
+  ASSERT_TRUE(o.CloseDbForHandoff().ok());
+  EXPECT_TRUE(absl::IsFailedPrecondition(o.Put("x", "y").status()));
+  EXPECT_EQ(o.Get(Key(2))->value, Value(2));  // still readable
+  ASSERT_TRUE(n.OpenDb().ok());
+  ASSERT_TRUE(n.Put(Key(3), "from-new").ok());
+  EXPECT_EQ(o.Get(Key(3))->value, "from-new");
+  // Too late to roll back: the new side took the database.
+  EXPECT_FALSE(o.ReopenDbAfterFailedHandoff().ok());
+  old_s->reset();
+  EXPECT_EQ(n.stats().keys, 400u);
+  ASSERT_TRUE(n.Close().ok());
+  new_s->reset();
+
+  auto again = Store::Open(t.options);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ((*again)->opened_as(), Store::OpenedAs::kReattached);
+  EXPECT_EQ((*again)->Get(Key(1))->value, "from-old");
+  EXPECT_EQ((*again)->Get(Key(3))->value, "from-new");
+}
+
+TEST(LiveUpgradeTest, FailedHandoffRollsBack) {
+  TempStore t;
+  auto s = Store::Open(t.options);
+  ASSERT_TRUE(s.ok()) << s.status();
+  Fill(**s, 10);
+  ASSERT_TRUE((*s)->CloseDbForHandoff().ok());
+  ASSERT_TRUE((*s)->ReopenDbAfterFailedHandoff().ok());
+  ASSERT_TRUE((*s)->Put(Key(0), "after-rollback").ok());
+  EXPECT_EQ((*s)->Get(Key(0))->value, "after-rollback");
+  ASSERT_TRUE((*s)->Close().ok());
+  auto again = Store::Open(t.options);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ((*again)->opened_as(), Store::OpenedAs::kReattached);
+}
+
+TEST(PermissionTest, SegmentIsPrivate) {
+  TempStore t;
+  auto s = Store::Open(t.options);
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_TRUE((*s)->Close().ok());
+  s->reset();
+  const std::string path = "/dev/shm/" + t.options.shm_name;
+  struct stat st;
+  ASSERT_EQ(stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_EQ(st.st_uid, geteuid());
+
+  ASSERT_EQ(chmod(path.c_str(), 0644), 0);
+  auto a = Arena::Attach(t.options.arena_options());
+  EXPECT_TRUE(absl::IsPermissionDenied(a.status())) << a.status();
+  auto o = Store::Open(t.options);  // never rebuilt over
+  EXPECT_TRUE(absl::IsPermissionDenied(o.status())) << o.status();
+  ASSERT_EQ(chmod(path.c_str(), 0600), 0);
+
+  if (geteuid() == 0) {
+    ASSERT_EQ(chown(path.c_str(), 65534, 65534), 0);
+    a = Arena::Attach(t.options.arena_options());
+    EXPECT_TRUE(absl::IsPermissionDenied(a.status())) << a.status();
+    EXPECT_NE(a.status().message().find("owned by uid 65534"), std::string::npos);
+    EXPECT_TRUE(absl::IsPermissionDenied(Store::Open(t.options).status()));
+    ASSERT_EQ(chown(path.c_str(), 0, 0), 0);
+  }
+}
+
+TEST(PermissionTest, MappedFileIsPrivate) {
+  TempStore t;
+  t.options.arena_file = (t.dir() / "arena").string();
+  auto s = Store::Open(t.options);
+  ASSERT_TRUE(s.ok()) << s.status();
+  Fill(**s, 20);
+  ASSERT_TRUE((*s)->Close().ok());
+  s->reset();
+  struct stat st;
+  ASSERT_EQ(stat(t.options.arena_file.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  auto again = Store::Open(t.options);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ((*again)->opened_as(), Store::OpenedAs::kReattached);
+  ExpectAll(**again, 20, true);
+}
+
+// Pokes a field of the header of a closed arena.
+template <typename F>
+void PokeHeader(const StoreOptions& o, F f) {
+  auto a = Arena::Attach(o.arena_options());
+  ASSERT_TRUE(a.ok()) << a.status();
+  f((*a)->header());
+}
+
+TEST(HeaderTest, WrongLayoutVersionOrMagicIsRefused) {
+  TempStore t;
+  {
+    auto s = Store::Open(t.options);
+    ASSERT_TRUE(s.ok()) << s.status();
+    Fill(**s, 30);
+    ASSERT_TRUE((*s)->Close().ok());
+  }
+  PokeHeader(t.options, [](ArenaHeader* h) { h->layout_version = 99; });
+  auto a = Arena::Attach(t.options.arena_options());
+  ASSERT_FALSE(a.ok());
+  EXPECT_TRUE(absl::IsFailedPrecondition(a.status()));
+  EXPECT_NE(a.status().message().find("layout version 99"), std::string::npos) << a.status();
+  EXPECT_FALSE(Store::AttachLive(t.options).ok());
+  {
+    auto s = Store::Open(t.options);  // cold start: rebuilt from RocksDB
+    ASSERT_TRUE(s.ok()) << s.status();
+    EXPECT_EQ((*s)->opened_as(), Store::OpenedAs::kRebuilt);
+    ExpectAll(**s, 30, true);
+    ASSERT_TRUE((*s)->Close().ok());
+  }
+  auto held = Arena::Attach(t.options.arena_options());  // pokes through this mapping
+  ASSERT_TRUE(held.ok()) << held.status();
+  (*held)->header()->magic ^= 1;
+  a = Arena::Attach(t.options.arena_options());
+  EXPECT_NE(a.status().message().find("bad magic"), std::string::npos) << a.status();
+  (*held)->header()->magic ^= 1;
+  (*held)->header()->bucket_count *= 2;
+  a = Arena::Attach(t.options.arena_options());
+  EXPECT_NE(a.status().message().find("checksum"), std::string::npos) << a.status();
+  (*held)->header()->bucket_count /= 2;
+  EXPECT_TRUE(Arena::Attach(t.options.arena_options()).ok());
+}
+
+TEST(HeaderTest, ForeignSegmentIsRefusedWithoutHanging) {
+  TempStore t;
+  const std::string name = "/" + t.options.shm_name;
+  const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, static_cast<off_t>(t.options.arena_size)), 0);
+  close(fd);
+  // All zeroes: Boost alone would spin forever on it.
+  auto a = Arena::Attach(t.options.arena_options());
+  ASSERT_FALSE(a.ok());
+  EXPECT_TRUE(absl::IsFailedPrecondition(a.status())) << a.status();
+  EXPECT_FALSE(Store::AttachLive(t.options).ok());
+  auto s = Store::Open(t.options);  // ours to replace: same owner, 0600
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ((*s)->opened_as(), Store::OpenedAs::kRebuilt);
+}
+
+}  // namespace
+}  // namespace kvnode::storage
