@@ -1,0 +1,466 @@
+#include "kvnode/upgrade/messages.h"
+
+#include <type_traits>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "wire.h"
+
+namespace kvnode::upgrade {
+namespace {
+
+using internal::Av;
+using internal::Reader;
+using internal::StringWriter;
+
+constexpr size_t kDedupeEntrySize = 17;   // u64 sequence, u8 status, u64 version
+constexpr size_t kSessionFixedSize = 20;  // u64 client_id, u64 highest, u32 count
+constexpr size_t kCounterMinSize = 2 + 1 + 8;
+
+absl::Status Truncated(std::string_view what) {
+  return absl::DataLossError(absl::StrCat("handoff: truncated ", Av(what)));
+}
+
+absl::Status TooLong(std::string_view field, size_t size, size_t max) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("handoff: ", Av(field), " is ", size, " bytes, limit ", max));
+}
+
+// u16 length + bytes.
+absl::Status PutString(StringWriter& w, std::string_view field, std::string_view s, size_t max) {
+  if (s.size() > max) return TooLong(field, s.size(), max);
+  w.U16(static_cast<uint16_t>(s.size()));
+  w.Bytes(s);
+  return absl::OkStatus();
+}
+
+absl::Status GetString(Reader& r, std::string_view field, size_t max, std::string* s) {
+  uint16_t n = 0;
+  if (!r.U16(&n)) return Truncated(field);
+  if (n > max) return TooLong(field, n, max);
+  std::string_view v;
+  if (!r.View(n, &v)) return Truncated(field);
+  s->assign(v.data(), v.size());
+  return absl::OkStatus();
+}
+
+// --- session table -------------------------------------------------------
+
+absl::Status PutSessions(StringWriter& w, const SessionTable& t) {
+  if (t.next_client_id == 0) {
+    return absl::InvalidArgumentError("handoff: SessionTable.next_client_id is 0");
+  }
+  if (t.sessions.size() > UINT32_MAX) {
+    return absl::InvalidArgumentError("handoff: too many sessions");
+  }
+  absl::flat_hash_set<uint64_t> seen;
+  for (const SessionRecord& s : t.sessions) {
+    if (s.client_id == 0) return absl::InvalidArgumentError("handoff: session with client_id 0");
+    if (!seen.insert(s.client_id).second) {
+      return absl::InvalidArgumentError(absl::StrCat("handoff: client_id ", s.client_id, " twice"));
+    }
+    if (s.window.size() > kMaxDedupeWindow) {
+      return absl::InvalidArgumentError(absl::StrCat("handoff: client ", s.client_id, " window of ",
+                                                     s.window.size(), " entries, limit ",
+                                                     kMaxDedupeWindow));
+    }
+  }
+  w.U64(t.next_client_id);
+  w.U32(static_cast<uint32_t>(t.sessions.size()));
+  for (const SessionRecord& s : t.sessions) {
+    w.U64(s.client_id);
+    w.U64(s.highest_sequence);
+    w.U32(static_cast<uint32_t>(s.window.size()));
+    for (const DedupeEntry& e : s.window) {
+      w.U64(e.sequence);
+      w.U8(e.status);
+      w.U64(e.version);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GetSessions(Reader& r, SessionTable* t) {
+  uint32_t count = 0;
+  if (!r.U64(&t->next_client_id) || !r.U32(&count)) return Truncated("SessionTable header");
+  if (t->next_client_id == 0) {
+    return absl::InvalidArgumentError("handoff: SessionTable.next_client_id is 0");
+  }
+  // Never reserve on a count the bytes present cannot back.
+  if (count > r.remaining() / kSessionFixedSize) return Truncated("SessionTable (count too big)");
+  t->sessions.clear();
+  t->sessions.reserve(count);
+  absl::flat_hash_set<uint64_t> seen;
+  seen.reserve(count);
+  for (uint32_t i = 0; i < count; ++i) {
+    SessionRecord s;
+    uint32_t n = 0;
+    if (!r.U64(&s.client_id) || !r.U64(&s.highest_sequence) || !r.U32(&n)) {
+      return Truncated(absl::StrCat("session ", i));
+    }
+    if (s.client_id == 0) return absl::InvalidArgumentError("handoff: session with client_id 0");
+    if (!seen.insert(s.client_id).second) {
+      return absl::InvalidArgumentError(absl::StrCat("handoff: client_id ", s.client_id, " twice"));
+    }
+    if (n > kMaxDedupeWindow) {
+      return absl::InvalidArgumentError(absl::StrCat("handoff: client ", s.client_id, " window of ",
+                                                     n, " entries, limit ", kMaxDedupeWindow));
+    }
+    if (n > r.remaining() / kDedupeEntrySize) {
+      return Truncated(absl::StrCat("window of client ", s.client_id));
+    }
+    s.window.resize(n);
+    for (DedupeEntry& e : s.window) {
+      // Cannot fail: the size was checked above.
+      (void)(r.U64(&e.sequence) && r.U8(&e.status) && r.U64(&e.version));
+    }
+    t->sessions.push_back(std::move(s));
+  }
+  return absl::OkStatus();
+}
+
+// --- counters --------------------------------------------------------------
+
+absl::Status PutCounters(StringWriter& w, const CounterSnapshot& c) {
+  if (c.counters.size() > kMaxCounters)
+    return TooLong("counter list", c.counters.size(), kMaxCounters);
+  absl::flat_hash_set<std::string_view> seen;
+  for (const Counter& k : c.counters) {
+    if (k.name.empty()) return absl::InvalidArgumentError("handoff: counter with an empty name");
+    if (k.name.size() > kMaxCounterNameSize) {
+      return TooLong("counter name", k.name.size(), kMaxCounterNameSize);
+    }
+    if (!seen.insert(k.name).second) {
+      return absl::InvalidArgumentError(absl::StrCat("handoff: counter ", Av(k.name), " twice"));
+    }
+  }
+  w.U32(static_cast<uint32_t>(c.counters.size()));
+  for (const Counter& k : c.counters) {
+    w.U16(static_cast<uint16_t>(k.name.size()));
+    w.Bytes(k.name);
+    w.U64(k.value);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GetCounters(Reader& r, CounterSnapshot* c) {
+  uint32_t count = 0;
+  if (!r.U32(&count)) return Truncated("counter count");
+  if (count > kMaxCounters) return TooLong("counter list", count, kMaxCounters);
+  if (count > r.remaining() / kCounterMinSize) return Truncated("counters (count too big)");
+  c->counters.clear();
+  c->counters.reserve(count);
+  absl::flat_hash_set<std::string> seen;
+  for (uint32_t i = 0; i < count; ++i) {
+    Counter k;
+    if (absl::Status s = GetString(r, "counter name", kMaxCounterNameSize, &k.name); !s.ok()) {
+      return s;
+    }
+    if (k.name.empty()) return absl::InvalidArgumentError("handoff: counter with an empty name");
+    if (!r.U64(&k.value)) return Truncated(absl::StrCat("counter ", Av(k.name)));
+    if (!seen.insert(k.name).second) {
+      return absl::InvalidArgumentError(absl::StrCat("handoff: counter ", Av(k.name), " twice"));
+    }
+    c->counters.push_back(std::move(k));
+  }
+  return absl::OkStatus();
+}
+
+// --- messages --------------------------------------------------------------
+
+absl::Status Put(StringWriter& w, const Hello& m) {
+  if (m.protocol_version != kHandoffProtocolVersion) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "handoff: Hello.protocol_version ", m.protocol_version, " != ", kHandoffProtocolVersion));
+  }
+  if (m.pid == 0) return absl::InvalidArgumentError("handoff: Hello.pid is 0");
+  w.U16(m.protocol_version);
+  w.U32(m.pid);
+  w.U64(m.generation);
+  w.U64(m.capabilities);
+  return PutString(w, "Hello.build_id", m.build_id, kMaxBuildIdSize);
+}
+
+absl::Status Put(StringWriter& w, const Ready& m) {
+  if (m.mr_imported > 1) return absl::InvalidArgumentError("handoff: Ready.mr_imported not 0/1");
+  w.U32(m.rkey);
+  w.U64(m.arena_remote_addr);
+  w.U64(m.arena_id);
+  w.U64(m.registered_bytes);
+  w.U8(m.mr_imported);
+  return absl::OkStatus();
+}
+
+absl::Status CheckRole(FdRole role, std::vector<bool>& seen) {
+  const auto v = static_cast<uint8_t>(role);
+  if (v != static_cast<uint8_t>(FdRole::kListenTcp) &&
+      v != static_cast<uint8_t>(FdRole::kAdminSocket)) {
+    return absl::InvalidArgumentError(absl::StrCat("handoff: unknown fd role ", v));
+  }
+  if (seen[v]) return absl::InvalidArgumentError(absl::StrCat("handoff: fd role ", v, " twice"));
+  seen[v] = true;
+  return absl::OkStatus();
+}
+
+absl::Status Put(StringWriter& w, const HandOver& m) {
+  if (m.fd_roles.size() > kMaxHandoffFds) {
+    return TooLong("HandOver.fd_roles", m.fd_roles.size(), kMaxHandoffFds);
+  }
+  std::vector<bool> seen(256, false);
+  for (FdRole role : m.fd_roles) {
+    if (absl::Status s = CheckRole(role, seen); !s.ok()) return s;
+  }
+  w.U64(m.generation);
+  w.U8(static_cast<uint8_t>(m.fd_roles.size()));
+  for (FdRole role : m.fd_roles) w.U8(static_cast<uint8_t>(role));
+  if (absl::Status s = PutSessions(w, m.sessions); !s.ok()) return s;
+  return PutCounters(w, m.counters);
+}
+
+absl::Status Put(StringWriter& w, const Owned& m) {
+  if (m.pid == 0) return absl::InvalidArgumentError("handoff: Owned.pid is 0");
+  w.U64(m.generation);
+  w.U32(m.pid);
+  return absl::OkStatus();
+}
+
+absl::Status Put(StringWriter& w, const Gone& m) {
+  w.U64(m.clients_moved);
+  w.U64(m.clients_cut);
+  return PutCounters(w, m.counters_delta);
+}
+
+absl::Status Put(StringWriter& w, const Abort& m) {
+  w.U32(m.code);
+  return PutString(w, "Abort.message", m.message, kMaxAbortMessageSize);
+}
+
+absl::StatusOr<HandoffMessage> GetHello(Reader& r, uint16_t frame_version) {
+  Hello m;
+  if (!r.U16(&m.protocol_version) || !r.U32(&m.pid) || !r.U64(&m.generation) ||
+      !r.U64(&m.capabilities)) {
+    return Truncated("Hello");
+  }
+  if (m.protocol_version != frame_version) {
+    return absl::InvalidArgumentError(absl::StrCat("handoff: Hello.protocol_version ",
+                                                   m.protocol_version, " in a version ",
+                                                   frame_version, " frame"));
+  }
+  if (m.pid == 0) return absl::InvalidArgumentError("handoff: Hello.pid is 0");
+  if (absl::Status s = GetString(r, "Hello.build_id", kMaxBuildIdSize, &m.build_id); !s.ok()) {
+    return s;
+  }
+  return m;
+}
+
+absl::StatusOr<HandoffMessage> GetReady(Reader& r) {
+  Ready m;
+  if (!r.U32(&m.rkey) || !r.U64(&m.arena_remote_addr) || !r.U64(&m.arena_id) ||
+      !r.U64(&m.registered_bytes) || !r.U8(&m.mr_imported)) {
+    return Truncated("Ready");
+  }
+  if (m.mr_imported > 1) return absl::InvalidArgumentError("handoff: Ready.mr_imported not 0/1");
+  return m;
+}
+
+absl::StatusOr<HandoffMessage> GetHandOver(Reader& r) {
+  HandOver m;
+  uint8_t n = 0;
+  if (!r.U64(&m.generation) || !r.U8(&n)) return Truncated("HandOver");
+  if (n > kMaxHandoffFds) return TooLong("HandOver.fd_roles", n, kMaxHandoffFds);
+  std::vector<bool> seen(256, false);
+  for (uint8_t i = 0; i < n; ++i) {
+    uint8_t v = 0;
+    if (!r.U8(&v)) return Truncated("HandOver.fd_roles");
+    const auto role = static_cast<FdRole>(v);
+    if (absl::Status s = CheckRole(role, seen); !s.ok()) return s;
+    m.fd_roles.push_back(role);
+  }
+  if (absl::Status s = GetSessions(r, &m.sessions); !s.ok()) return s;
+  if (absl::Status s = GetCounters(r, &m.counters); !s.ok()) return s;
+  return m;
+}
+
+absl::StatusOr<HandoffMessage> GetOwned(Reader& r) {
+  Owned m;
+  if (!r.U64(&m.generation) || !r.U32(&m.pid)) return Truncated("Owned");
+  if (m.pid == 0) return absl::InvalidArgumentError("handoff: Owned.pid is 0");
+  return m;
+}
+
+absl::StatusOr<HandoffMessage> GetGone(Reader& r) {
+  Gone m;
+  if (!r.U64(&m.clients_moved) || !r.U64(&m.clients_cut)) return Truncated("Gone");
+  if (absl::Status s = GetCounters(r, &m.counters_delta); !s.ok()) return s;
+  return m;
+}
+
+absl::StatusOr<HandoffMessage> GetAbort(Reader& r) {
+  Abort m;
+  if (!r.U32(&m.code)) return Truncated("Abort");
+  if (absl::Status s = GetString(r, "Abort.message", kMaxAbortMessageSize, &m.message); !s.ok()) {
+    return s;
+  }
+  return m;
+}
+
+}  // namespace
+
+std::string HandoffTypeName(uint16_t type) {
+  switch (static_cast<HandoffType>(type)) {
+    case HandoffType::kHello:
+      return "Hello";
+    case HandoffType::kReady:
+      return "Ready";
+    case HandoffType::kHandOver:
+      return "HandOver";
+    case HandoffType::kOwned:
+      return "Owned";
+    case HandoffType::kGone:
+      return "Gone";
+    case HandoffType::kAbort:
+      return "Abort";
+  }
+  return absl::StrCat("Unknown(", type, ")");
+}
+
+HandoffType TypeOf(const HandoffMessage& m) {
+  return static_cast<HandoffType>(m.index() + 1);  // variant order == type numbers
+}
+
+absl::Status EncodeHandoff(const HandoffMessage& m, std::string* frame) {
+  std::string payload;
+  StringWriter pw(&payload);
+  absl::Status s = std::visit([&pw](const auto& msg) { return Put(pw, msg); }, m);
+  if (!s.ok()) return s;
+  if (payload.size() > kMaxHandoffPayloadSize) {
+    return TooLong(absl::StrCat(HandoffTypeName(static_cast<uint16_t>(TypeOf(m))), " payload"),
+                   payload.size(), kMaxHandoffPayloadSize);
+  }
+  StringWriter w(frame);
+  w.U32(kHandoffFrameMagic);
+  w.U16(kHandoffProtocolVersion);
+  w.U16(static_cast<uint16_t>(TypeOf(m)));
+  w.U32(static_cast<uint32_t>(payload.size()));
+  frame->append(payload);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<HandoffFrameHeader> DecodeHandoffFrameHeader(std::span<const uint8_t> header) {
+  Reader r(header);
+  uint32_t magic = 0;
+  HandoffFrameHeader h;
+  if (!r.U32(&magic) || !r.U16(&h.version) || !r.U16(&h.type) || !r.U32(&h.payload_size)) {
+    return Truncated("frame header");
+  }
+  if (magic != kHandoffFrameMagic) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("handoff: bad frame magic 0x", absl::Hex(magic), " (not a handoff frame)"));
+  }
+  if (h.payload_size > kMaxHandoffPayloadSize) {
+    return TooLong("frame payload", h.payload_size, kMaxHandoffPayloadSize);
+  }
+  return h;
+}
+
+absl::StatusOr<HandoffMessage> DecodeHandoffPayload(const HandoffFrameHeader& h,
+                                                    std::span<const uint8_t> payload) {
+  if (payload.size() != h.payload_size) {
+    return absl::DataLossError(absl::StrCat("handoff: payload is ", payload.size(),
+                                            " bytes, header says ", h.payload_size));
+  }
+  const bool is_abort = h.type == static_cast<uint16_t>(HandoffType::kAbort);
+  if (h.version != kHandoffProtocolVersion && !is_abort) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("handoff: peer speaks protocol version ", h.version, ", this binary ",
+                     kHandoffProtocolVersion, " (", HandoffTypeName(h.type), ")"));
+  }
+  Reader r(payload);
+  absl::StatusOr<HandoffMessage> m;
+  switch (static_cast<HandoffType>(h.type)) {
+    case HandoffType::kHello:
+      m = GetHello(r, h.version);
+      break;
+    case HandoffType::kReady:
+      m = GetReady(r);
+      break;
+    case HandoffType::kHandOver:
+      m = GetHandOver(r);
+      break;
+    case HandoffType::kOwned:
+      m = GetOwned(r);
+      break;
+    case HandoffType::kGone:
+      m = GetGone(r);
+      break;
+    case HandoffType::kAbort:
+      m = GetAbort(r);
+      break;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat("handoff: unknown message type ", h.type));
+  }
+  if (!m.ok()) return m.status();
+  if (r.remaining() != 0) {
+    return absl::DataLossError(absl::StrCat("handoff: ", r.remaining(), " trailing bytes after ",
+                                            HandoffTypeName(h.type)));
+  }
+  return m;
+}
+
+absl::StatusOr<HandoffMessage> DecodeHandoff(std::span<const uint8_t> frame) {
+  if (frame.size() < kHandoffFrameHeaderSize) return Truncated("frame header");
+  absl::StatusOr<HandoffFrameHeader> h =
+      DecodeHandoffFrameHeader(frame.first(kHandoffFrameHeaderSize));
+  if (!h.ok()) return h.status();
+  std::span<const uint8_t> payload = frame.subspan(kHandoffFrameHeaderSize);
+  if (payload.size() < h->payload_size) {
+    return absl::DataLossError(absl::StrCat("handoff: truncated ", HandoffTypeName(h->type), ": ",
+                                            payload.size(), " of ", h->payload_size,
+                                            " payload bytes"));
+  }
+  if (payload.size() > h->payload_size) {
+    return absl::DataLossError(absl::StrCat("handoff: ", payload.size() - h->payload_size,
+                                            " trailing bytes after the frame"));
+  }
+  return DecodeHandoffPayload(*h, payload);
+}
+
+absl::Status EncodeSessionTable(const SessionTable& t, std::string* out) {
+  std::string tmp;
+  StringWriter w(&tmp);
+  if (absl::Status s = PutSessions(w, t); !s.ok()) return s;
+  out->append(tmp);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<SessionTable> DecodeSessionTable(std::span<const uint8_t> in) {
+  Reader r(in);
+  SessionTable t;
+  if (absl::Status s = GetSessions(r, &t); !s.ok()) return s;
+  if (r.remaining() != 0) {
+    return absl::DataLossError(
+        absl::StrCat("handoff: ", r.remaining(), " trailing bytes after SessionTable"));
+  }
+  return t;
+}
+
+absl::Status EncodeCounters(const CounterSnapshot& c, std::string* out) {
+  std::string tmp;
+  StringWriter w(&tmp);
+  if (absl::Status s = PutCounters(w, c); !s.ok()) return s;
+  out->append(tmp);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CounterSnapshot> DecodeCounters(std::span<const uint8_t> in) {
+  Reader r(in);
+  CounterSnapshot c;
+  if (absl::Status s = GetCounters(r, &c); !s.ok()) return s;
+  if (r.remaining() != 0) {
+    return absl::DataLossError(
+        absl::StrCat("handoff: ", r.remaining(), " trailing bytes after counters"));
+  }
+  return c;
+}
+
+}  // namespace kvnode::upgrade
