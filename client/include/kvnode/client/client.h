@@ -115,7 +115,7 @@ struct ClientOptions {
 };
 
 enum class OpKind : uint8_t { kGet, kPut, kDelete, kPing };
-std::string_view OpKindName(OpKind kind);  // "get", "put", "delete", "ping"
+const char* OpKindName(OpKind kind);  // "get", "put", "delete", "ping"
 
 // One operation for Submit. Key and value are copied before Submit returns.
 struct OpRequest {
@@ -153,7 +153,7 @@ struct ClientStats {
   uint64_t gets_by_read = 0;  // GETs answered by the READ fast path
   uint64_t gets_by_rpc = 0;   // GETs answered by RPC
   uint64_t reads_posted = 0;
-  uint64_t read_retries = 0;  // torn/racing READs
+  uint64_t read_retries = 0;   // torn/racing READs
   uint64_t rpc_fallbacks = 0;  // GETs that fell back to RPC
   uint64_t rpcs_sent = 0;
   uint64_t rpc_resends = 0;  // same sequence sent again (BUSY, lost session, move)
@@ -219,8 +219,8 @@ class Client {
 
   uint64_t client_id() const;
   uint64_t server_generation() const;
-  bool connected() const;      // a session is up right now
-  bool fast_get() const;       // the READ fast path is usable (geometry known)
+  bool connected() const;               // a session is up right now
+  bool fast_get() const;                // the READ fast path is usable (geometry known)
   const std::string& endpoint() const;  // where the current session is
   const ClientStats& stats() const;
   const ClientOptions& options() const;

@@ -1,0 +1,571 @@
+// Hot path of libkvclient: Submit, Poll, completion dispatch, the GET read
+// path over RDMA READ, RPC send/response. No virtual calls, no locks, no
+// allocation per operation (slot keys reserve their capacity once).
+#include <glog/logging.h>
+#include <poll.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "client_impl.h"
+
+namespace kvnode::client {
+namespace {
+
+// A GET follows at most this many READs (chain, object, retries) before it
+// asks the server.
+constexpr uint32_t kMaxReadsPerGet = 2 * storage::kMaxChainLength + 8;
+
+proto::Opcode ToOpcode(OpKind k) {
+  switch (k) {
+    case OpKind::kGet:
+      return proto::Opcode::kGet;
+    case OpKind::kPut:
+      return proto::Opcode::kPut;
+    case OpKind::kDelete:
+      return proto::Opcode::kDelete;
+    case OpKind::kPing:
+      return proto::Opcode::kPing;
+  }
+  return proto::Opcode::kPing;
+}
+
+}  // namespace
+
+Session* Client::Impl::SessionByEpoch(uint32_t epoch) {
+  if (current_ != nullptr && current_->epoch == epoch) return current_.get();
+  if (old_ != nullptr && old_->epoch == epoch) return old_.get();
+  return nullptr;
+}
+
+void Client::Impl::MarkBroken(Session* s, absl::Status why) {
+  if (s == nullptr || s->broken) return;
+  s->broken = true;
+  s->broken_why = std::move(why);
+}
+
+absl::Status Client::Impl::Submit(const OpRequest& op) {
+  if (closed_) return absl::UnavailableError("client is closed");
+  if (current_ == nullptr && !need_reconnect_) {
+    return absl::UnavailableError(
+        absl::StrCat("connection lost (reconnect disabled): ", last_connect_error_.message()));
+  }
+  if (op.kind != OpKind::kPing) {
+    if (op.key.empty() || op.key.size() > storage::kMaxKeySize) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("key of ", op.key.size(), " bytes: must be 1..", storage::kMaxKeySize));
+    }
+  }
+  if ((op.kind == OpKind::kPut || op.kind == OpKind::kPing) &&
+      op.value.size() > storage::kMaxValueSize) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("value of ", op.value.size(), " bytes: must be <= ", storage::kMaxValueSize));
+  }
+  if (free_.empty()) {
+    return absl::ResourceExhaustedError(absl::StrCat("client has ", options_.max_outstanding,
+                                                     " operations outstanding; Poll first"));
+  }
+  const uint32_t idx = free_.back();
+  free_.pop_back();
+  Slot& s = slots_[idx];
+  const absl::Time now = absl::Now();
+  s.state = Slot::State::kQueued;
+  s.kind = op.kind;
+  s.user_data = op.user_data;
+  s.submitted = now;
+  s.deadline = op.deadline == absl::InfiniteFuture() ? now + options_.op_timeout : op.deadline;
+  s.not_before = now;
+  if (op.kind == OpKind::kPing) {
+    s.key.clear();
+  } else {
+    s.key.assign(op.key.data(), op.key.size());
+  }
+  s.sequence = 0;
+  s.send_len = 0;
+  s.force_rpc = op.force_rpc || options_.rpc_get_only;
+  s.use_rpc = op.kind != OpKind::kGet || s.force_rpc;
+  s.read_attempts = 0;
+  s.reads = 0;
+  s.awaiting_response = false;
+  s.reported = false;
+  s.sends = 0;
+  s.busy_count = 0;
+  s.internal_count = 0;
+  s.status = absl::OkStatus();
+  s.version = 0;
+  s.value_off = 0;
+  s.value_len = 0;
+  s.via_rpc = false;
+  if (s.use_rpc) {
+    if (absl::Status st = EncodeRpc(idx, op.value); !st.ok()) {
+      s.state = Slot::State::kFree;
+      free_.push_back(idx);
+      return st;
+    }
+  }
+  Start(idx);
+  return absl::OkStatus();
+}
+
+absl::Status Client::Impl::EncodeRpc(uint32_t idx, std::string_view value) {
+  Slot& s = slots_[idx];
+  proto::RequestView r;
+  r.opcode = ToOpcode(s.kind);
+  r.client_id = client_id_;
+  r.sequence = next_sequence_;
+  r.key = s.key;
+  if (s.kind == OpKind::kPut || s.kind == OpKind::kPing) r.value = value;
+  absl::StatusOr<size_t> n = proto::EncodeRequest(
+      r, std::span<uint8_t>(reinterpret_cast<uint8_t*>(SendBuf(idx)), kSendBufSize));
+  if (!n.ok()) return n.status();
+  s.sequence = next_sequence_++;
+  s.send_len = static_cast<uint32_t>(*n);
+  return absl::OkStatus();
+}
+
+void Client::Impl::Requeue(uint32_t idx, absl::Time not_before) {
+  Slot& s = slots_[idx];
+  s.state = Slot::State::kQueued;
+  s.not_before = not_before;
+  if (!s.in_queue) {
+    s.in_queue = true;
+    queue_.push_back(idx);
+  }
+}
+
+void Client::Impl::Start(uint32_t idx) {
+  Slot& s = slots_[idx];
+  if (!SessionUsable() || s.not_before > absl::Now()) {
+    Requeue(idx, s.not_before);
+    return;
+  }
+  if (!s.use_rpc && current_->geometry.has_value()) {
+    s.step = storage::FirstRead(*current_->geometry, s.key);
+    PostRead(idx, s);
+    return;
+  }
+  if (s.sequence == 0) {
+    // A GET going by RPC (no geometry on this session, or fallback).
+    s.use_rpc = true;
+    if (absl::Status st = EncodeRpc(idx, {}); !st.ok()) {
+      Finish(idx, st);
+      return;
+    }
+  }
+  SendRpc(idx, s);
+}
+
+void Client::Impl::PostRead(uint32_t idx, Slot& s) {
+  Session* ses = current_.get();
+  const uint64_t off = s.step.offset;
+  const uint32_t len = s.step.length;
+  if (len == 0 || len > kReadBufSize || off > ses->welcome.arena_size ||
+      len > ses->welcome.arena_size - off || s.reads >= kMaxReadsPerGet) {
+    // Not a READ we can or should do: ask the server.
+    ++stats_.rpc_fallbacks;
+    s.use_rpc = true;
+    Start(idx);
+    return;
+  }
+  absl::Status st = ses->qp->PostRead(
+      MakeWrId(ses->epoch, false, idx),
+      rdma::LocalBuf{slot_mr_.get(), uint64_t{idx} * kSlotStride + kSendBufSize, len},
+      ses->welcome.arena_remote_addr + off, ses->welcome.rkey);
+  if (!st.ok()) {
+    if (rdma::GetRdmaErrorKind(st) != rdma::RdmaErrorKind::kQueueFull) {
+      MarkBroken(ses, absl::UnavailableError(absl::StrCat("post READ: ", st.message())));
+    }
+    Requeue(idx, absl::Now());
+    return;
+  }
+  s.state = Slot::State::kReading;
+  s.epoch = ses->epoch;
+  ++s.reads_outstanding;
+  ++s.reads;
+  ++stats_.reads_posted;
+}
+
+void Client::Impl::SendRpc(uint32_t idx, Slot& s) {
+  Session* ses = current_.get();
+  if (ses->rpcs_outstanding >= ses->credits) {
+    Requeue(idx, absl::Now());  // no credit: wait for a response
+    return;
+  }
+  if (s.send_len > ses->welcome.max_rpc_message_size) {
+    Finish(idx, absl::InvalidArgumentError(absl::StrCat(
+                    "request of ", s.send_len, " bytes exceeds the server's receive buffer of ",
+                    ses->welcome.max_rpc_message_size)));
+    return;
+  }
+  // The client id may have changed (resumed as a new client): patch it.
+  storage::StoreU64(SendBuf(idx) + 8, client_id_);
+  absl::Status st =
+      ses->qp->PostSend(MakeWrId(ses->epoch, false, idx),
+                        rdma::LocalBuf{slot_mr_.get(), uint64_t{idx} * kSlotStride, s.send_len});
+  if (!st.ok()) {
+    if (rdma::GetRdmaErrorKind(st) != rdma::RdmaErrorKind::kQueueFull) {
+      MarkBroken(ses, absl::UnavailableError(absl::StrCat("post SEND: ", st.message())));
+    }
+    Requeue(idx, absl::Now());
+    return;
+  }
+  s.state = Slot::State::kRpc;
+  s.epoch = ses->epoch;
+  s.awaiting_response = true;
+  ++s.sends_outstanding;
+  ++ses->rpcs_outstanding;
+  if (++s.sends > 1) ++stats_.rpc_resends;
+  ++stats_.rpcs_sent;
+}
+
+void Client::Impl::Finish(uint32_t idx, absl::Status status) {
+  Slot& s = slots_[idx];
+  s.state = Slot::State::kDone;
+  s.awaiting_response = false;
+  s.reported = false;
+  if (status.ok() || absl::IsNotFound(status)) {
+    ++stats_.ops_completed;
+  } else {
+    ++stats_.ops_failed;
+    if (absl::IsDeadlineExceeded(status)) ++stats_.timeouts;
+  }
+  s.status = std::move(status);
+  done_.push_back(idx);
+}
+
+void Client::Impl::MaybeFree(uint32_t idx) {
+  Slot& s = slots_[idx];
+  if (s.state == Slot::State::kDone && s.reported && s.reads_outstanding == 0 &&
+      s.sends_outstanding == 0) {
+    s.state = Slot::State::kFree;
+    free_.push_back(idx);
+  }
+}
+
+void Client::Impl::RepostRecv(Session* s, uint32_t i) {
+  if (s->broken) return;
+  absl::Status st =
+      s->qp->PostRecv(MakeWrId(s->epoch, true, i),
+                      rdma::LocalBuf{s->recv_mr.get(), uint64_t{i} * kRecvBufSize, kRecvBufSize});
+  if (!st.ok()) MarkBroken(s, absl::UnavailableError(absl::StrCat("repost RECV: ", st.message())));
+}
+
+int Client::Impl::PollCq() {
+  if (cq_ == nullptr) return 0;
+  rdma::Completion comps[16];
+  int total = 0;
+  for (;;) {
+    absl::StatusOr<int> n = cq_->Poll(std::span<rdma::Completion>(comps, 16));
+    if (!n.ok()) {
+      LOG(ERROR) << "kvclient: poll CQ: " << n.status();
+      MarkBroken(current_.get(), n.status());
+      return total;
+    }
+    for (int i = 0; i < *n; ++i) OnCompletion(comps[i]);
+    total += *n;
+    if (*n < 16) return total;
+  }
+}
+
+void Client::Impl::OnCompletion(const rdma::Completion& c) {
+  const uint32_t epoch = WrEpoch(c.wr_id);
+  Session* ses = SessionByEpoch(epoch);
+  if (WrIsRecv(c.wr_id)) {
+    if (ses == nullptr) return;
+    if (!c.ok()) {
+      MarkBroken(ses, c.ToStatus());
+      return;
+    }
+    OnResponse(ses, WrIndex(c.wr_id), c.byte_len);
+    return;
+  }
+  const uint32_t idx = WrIndex(c.wr_id);
+  if (idx >= slots_.size()) return;
+  Slot& s = slots_[idx];
+  const bool is_read = c.kind == rdma::WrKind::kRead;
+  if (is_read) {
+    if (s.reads_outstanding > 0) --s.reads_outstanding;
+  } else {
+    if (s.sends_outstanding > 0) --s.sends_outstanding;
+  }
+  if (!c.ok()) {
+    // The QP is in ERR now: a remote access or retry error means "move or
+    // reconnect", never data.
+    MarkBroken(ses, absl::UnavailableError(
+                        absl::StrCat(is_read ? "READ" : "SEND", ": ", c.ToStatus().message())));
+    if (is_read && s.state == Slot::State::kReading && s.epoch == epoch) Requeue(idx, absl::Now());
+    MaybeFree(idx);
+    return;
+  }
+  if (is_read && s.state == Slot::State::kReading && s.epoch == epoch && ses != nullptr) {
+    OnReadDone(idx, s);
+    return;
+  }
+  MaybeFree(idx);
+}
+
+void Client::Impl::OnReadDone(uint32_t idx, Slot& s) {
+  Session* ses = SessionByEpoch(s.epoch);
+  if (ses == nullptr || !ses->geometry.has_value()) {
+    Requeue(idx, absl::Now());
+    return;
+  }
+  const char* buf = ReadBuf(idx);
+  const storage::ReadResult r =
+      storage::Decode(*ses->geometry, s.key, s.step, std::string_view(buf, s.step.length));
+  switch (r.outcome) {
+    case storage::ReadResult::Outcome::kFound:
+      s.version = r.version;
+      s.value_off = static_cast<uint32_t>(r.value.data() - buf);
+      s.value_len = static_cast<uint32_t>(r.value.size());
+      s.via_rpc = false;
+      ++stats_.gets_by_read;
+      Finish(idx, absl::OkStatus());
+      return;
+    case storage::ReadResult::Outcome::kNotFound:
+      ++stats_.gets_by_read;
+      Finish(idx, absl::NotFoundError("key not found"));
+      return;
+    case storage::ReadResult::Outcome::kNext:
+      s.step = r.next;
+      break;
+    case storage::ReadResult::Outcome::kRetry:
+      ++stats_.read_retries;
+      if (++s.read_attempts > options_.max_read_retries) {
+        ++stats_.rpc_fallbacks;
+        s.use_rpc = true;
+      } else {
+        s.step = storage::FirstRead(*ses->geometry, s.key);
+      }
+      break;
+    case storage::ReadResult::Outcome::kSlowPath:
+      ++stats_.rpc_fallbacks;
+      s.use_rpc = true;
+      break;
+  }
+  if (!SessionUsable() || ses != current_.get()) {
+    Requeue(idx, absl::Now());  // restarts from FirstRead on the next session
+    return;
+  }
+  if (s.use_rpc) {
+    Start(idx);
+  } else {
+    PostRead(idx, s);
+  }
+}
+
+void Client::Impl::OnResponse(Session* ses, uint32_t i, uint32_t byte_len) {
+  if (ses->rpcs_outstanding > 0) --ses->rpcs_outstanding;
+  if (i >= ses->recv_buffers || byte_len > kRecvBufSize) {
+    MarkBroken(ses, absl::UnavailableError("receive completion out of range"));
+    return;
+  }
+  const uint8_t* msg = static_cast<const uint8_t*>(ses->recv_mem.data()) + size_t{i} * kRecvBufSize;
+  absl::StatusOr<proto::ResponseView> r = proto::DecodeResponse({msg, byte_len});
+  if (!r.ok()) {
+    LOG(WARNING) << "kvclient: undecodable RPC response (" << byte_len << " bytes): " << r.status();
+    MarkBroken(ses, absl::UnavailableError(
+                        absl::StrCat("undecodable RPC response: ", r.status().message())));
+    return;
+  }
+  uint32_t idx = UINT32_MAX;
+  for (uint32_t k = 0; k < slots_.size(); ++k) {
+    const Slot& s = slots_[k];
+    if (s.awaiting_response && s.sequence == r->sequence && s.epoch == ses->epoch &&
+        s.state == Slot::State::kRpc) {
+      idx = k;
+      break;
+    }
+  }
+  if (idx == UINT32_MAX) {
+    ++stats_.stale_responses;
+    RepostRecv(ses, i);
+    return;
+  }
+  Slot& s = slots_[idx];
+  s.awaiting_response = false;
+  const absl::Time now = absl::Now();
+  switch (r->status) {
+    case proto::RpcStatus::kOk:
+      s.version = r->version;
+      if (s.kind == OpKind::kGet || s.kind == OpKind::kPing) {
+        const size_t n = std::min<size_t>(r->value.size(), kReadBufSize);
+        std::memcpy(ReadBuf(idx), r->value.data(), n);
+        s.value_off = 0;
+        s.value_len = static_cast<uint32_t>(n);
+      }
+      if (s.kind == OpKind::kGet) {
+        s.via_rpc = true;
+        ++stats_.gets_by_rpc;
+      }
+      Finish(idx, absl::OkStatus());
+      break;
+    case proto::RpcStatus::kNotFound:
+      s.version = r->version;
+      if (s.kind == OpKind::kGet) {
+        s.via_rpc = true;
+        ++stats_.gets_by_rpc;
+      }
+      Finish(idx, absl::NotFoundError("key not found"));
+      break;
+    case proto::RpcStatus::kRejected:
+      Finish(idx, absl::InvalidArgumentError(absl::StrCat("server rejected ", OpKindName(s.kind),
+                                                          ": ", std::string(r->value))));
+      break;
+    case proto::RpcStatus::kBusy: {
+      ++stats_.busy;
+      const int shift = static_cast<int>(std::min<uint32_t>(s.busy_count++, 10));
+      Requeue(idx,
+              now + std::min(options_.busy_backoff_min * (1 << shift), options_.busy_backoff_max));
+      break;
+    }
+    case proto::RpcStatus::kInternal:
+      if (++s.internal_count >= 3) {
+        Finish(idx, absl::InternalError(absl::StrCat("server failed ", OpKindName(s.kind),
+                                                     " 3 times: ", std::string(r->value))));
+      } else {
+        Requeue(idx, now + options_.busy_backoff_max);
+      }
+      break;
+  }
+  RepostRecv(ses, i);
+}
+
+void Client::Impl::RunQueue(absl::Time now) {
+  for (size_t n = queue_.size(); n > 0 && !queue_.empty(); --n) {
+    const uint32_t idx = queue_.front();
+    queue_.pop_front();
+    Slot& s = slots_[idx];
+    s.in_queue = false;
+    if (s.state != Slot::State::kQueued) continue;
+    if (s.not_before > now || !SessionUsable()) {
+      s.in_queue = true;
+      queue_.push_back(idx);
+      continue;
+    }
+    Start(idx);
+  }
+}
+
+void Client::Impl::CheckDeadlines(absl::Time now) {
+  for (uint32_t i = 0; i < slots_.size(); ++i) {
+    Slot& s = slots_[i];
+    if (s.state != Slot::State::kQueued && s.state != Slot::State::kReading &&
+        s.state != Slot::State::kRpc) {
+      continue;
+    }
+    if (s.deadline > now) continue;
+    const std::string what = absl::StrCat(OpKindName(s.kind), " '", s.key, "'");
+    if (current_ == nullptr || current_->broken) {
+      Finish(i, absl::UnavailableError(absl::StrCat(
+                    what, ": connection lost and not re-established before the deadline: ",
+                    last_connect_error_.message())));
+    } else {
+      Finish(i, absl::DeadlineExceededError(absl::StrCat(
+                    what, ": deadline passed after ", absl::FormatDuration(now - s.submitted), " (",
+                    s.sends, " sends, ", s.reads, " READs)")));
+    }
+  }
+}
+
+size_t Client::Impl::Poll(std::span<OpResult> out) {
+  if (closed_) return 0;
+  absl::Time now = absl::Now();
+  PollCq();
+  if (now >= next_control_check_) {
+    next_control_check_ = now + absl::Microseconds(200);
+    if (old_ != nullptr) PollControl(old_.get(), now);
+    if (current_ != nullptr) PollControl(current_.get(), now);
+  }
+  if (old_ != nullptr && old_->broken) DestroySession(old_, false);
+  if (current_ != nullptr && current_->broken) OnSessionLost(current_);
+  if (current_ != nullptr && current_->moving) ProgressMove(now);
+  if (current_ == nullptr && need_reconnect_ && outstanding() > 0) {
+    if (MaybeReconnect(now)) now = absl::Now();
+  }
+  if (!queue_.empty()) RunQueue(now);
+  if (now >= next_deadline_check_) {
+    next_deadline_check_ = now + absl::Milliseconds(1);
+    CheckDeadlines(now);
+  }
+  size_t n = 0;
+  while (n < out.size() && !done_.empty()) {
+    const uint32_t idx = done_.front();
+    done_.pop_front();
+    Slot& s = slots_[idx];
+    OpResult& r = out[n++];
+    r.user_data = s.user_data;
+    r.kind = s.kind;
+    r.status = s.status;
+    r.version = s.version;
+    r.value = s.status.ok() ? std::string_view(ReadBuf(idx) + s.value_off, s.value_len)
+                            : std::string_view();
+    r.via_rpc = s.via_rpc;
+    r.read_retries = s.read_attempts;
+    r.sends = s.sends;
+    r.submitted = s.submitted;
+    r.completed = now;
+    s.reported = true;
+    MaybeFree(idx);
+  }
+  return n;
+}
+
+void Client::Impl::AppendWaitFds(std::vector<pollfd>* fds, absl::Time* until) {
+  const absl::Time now = absl::Now();
+  if (closed_) return;
+  if (!done_.empty()) {
+    *until = now;
+    return;
+  }
+  if (cq_ != nullptr) {
+    // Consume pending events, arm, and look once more: a completion that
+    // arrived before arming raises no event.
+    for (;;) {
+      absl::StatusOr<bool> ev = cq_->WaitForEvent(rdma::Clock::now());
+      if (!ev.ok() || !*ev) break;
+    }
+    if (absl::Status st = cq_->RequestNotify(); !st.ok()) {
+      *until = std::min(*until, now + absl::Milliseconds(1));
+    }
+    if (PollCq() > 0 || !done_.empty()) {
+      *until = now;
+      return;
+    }
+    fds->push_back(pollfd{cq_->channel_fd(), POLLIN, 0});
+  }
+  for (Session* s : {old_.get(), current_.get()}) {
+    if (s == nullptr) continue;
+    fds->push_back(pollfd{s->fd.get(), POLLIN, 0});
+    *until = std::min(*until, s->last_tx + options_.keepalive_interval);
+    if (s->moving || s->broken) *until = std::min(*until, now + absl::Milliseconds(1));
+  }
+  if (!queue_.empty() || need_reconnect_) {
+    absl::Time t = need_reconnect_ ? next_reconnect_ : now + absl::Milliseconds(1);
+    for (uint32_t idx : queue_) t = std::min(t, slots_[idx].not_before);
+    *until = std::min(*until, std::max(t, now));
+  }
+  for (const Slot& s : slots_) {
+    if (s.state == Slot::State::kQueued || s.state == Slot::State::kReading ||
+        s.state == Slot::State::kRpc) {
+      *until = std::min(*until, s.deadline);
+    }
+  }
+}
+
+void Client::Impl::Wait(absl::Time until) {
+  std::vector<pollfd> fds;
+  AppendWaitFds(&fds, &until);
+  const absl::Duration left = until - absl::Now();
+  if (left <= absl::ZeroDuration()) return;
+  const int ms = static_cast<int>(
+      std::min<int64_t>(absl::ToInt64Milliseconds(left + absl::Microseconds(999)), 1000));
+  int n;
+  do {
+    n = poll(fds.data(), fds.size(), ms);
+  } while (n < 0 && errno == EINTR);
+}
+
+}  // namespace kvnode::client
