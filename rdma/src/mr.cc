@@ -98,6 +98,7 @@ absl::StatusOr<std::shared_ptr<Mr>> Mr::Register(std::shared_ptr<Pd> pd, void* a
   mr->rkey_ = raw->rkey;
   mr->access_ = options.access;
   mr->label_ = std::move(options.label);
+  mr->backing_ = std::move(options.backing);
   Accounting::Created(
       ObjectKind::kMr, mr.get(),
       absl::StrCat(mr->label_, " (", length, " bytes, lkey 0x", absl::Hex(raw->lkey), ")"));
@@ -172,6 +173,7 @@ absl::Status Mr::DeregisterNow() {
   }
   mr_ = nullptr;
   gate_.Close();
+  backing_.reset();
   Accounting::Destroyed(ObjectKind::kMr, this);
   Accounting::Pinned(-static_cast<int64_t>(pinned_));
   return absl::OkStatus();

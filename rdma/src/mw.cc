@@ -4,14 +4,61 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "kvnode/rdma/accounting.h"
 #include "kvnode/rdma/errors.h"
 #include "kvnode/rdma/mr.h"
 #include "kvnode/rdma/qp.h"
 
 namespace kvnode::rdma {
+namespace {
+
+// Every live window, so that a process that exits with windows still bound
+// (a forgotten or leaked owner) deallocates them before the kernel tears
+// the QPs down: rxe spends ~50 s per QP with a bound type-2 window
+// otherwise. Lock order: registry, then a Pd's graph lock.
+struct Registry {
+  absl::Mutex mu;
+  absl::flat_hash_set<Mw*> live ABSL_GUARDED_BY(mu);
+};
+
+Registry& GetRegistry() {
+  static Registry* r = new Registry();
+  return *r;
+}
+
+void DeallocAllAtExit() {
+  Registry& r = GetRegistry();
+  absl::MutexLock l(&r.mu);
+  for (Mw* w : r.live) {
+    absl::Status s = w->Dealloc();
+    if (!s.ok()) LOG(ERROR) << "kvrdma: at exit: " << s;
+  }
+}
+
+void Track(Mw* w) {
+  static const bool installed = [] {
+    std::atexit(DeallocAllAtExit);
+    return true;
+  }();
+  (void)installed;
+  Registry& r = GetRegistry();
+  absl::MutexLock l(&r.mu);
+  r.live.insert(w);
+}
+
+void Untrack(Mw* w) {
+  Registry& r = GetRegistry();
+  absl::MutexLock l(&r.mu);
+  r.live.erase(w);
+}
+
+}  // namespace
 
 absl::StatusOr<std::shared_ptr<Mw>> Mw::Allocate(std::shared_ptr<Pd> pd, MwType type,
                                                  std::string label) {
@@ -35,10 +82,12 @@ absl::StatusOr<std::shared_ptr<Mw>> Mw::Allocate(std::shared_ptr<Pd> pd, MwType 
   mw->rkey_.store(raw->rkey, std::memory_order_release);
   Accounting::Created(ObjectKind::kMw, mw.get(),
                       absl::StrCat(mw->label_, " (type ", static_cast<int>(type), ")"));
+  Track(mw.get());
   return mw;
 }
 
 Mw::~Mw() {
+  Untrack(this);  // before the graph lock (lock order)
   std::shared_ptr<Mr> released;
   {
     absl::MutexLock g(&pd_->graph_mu());

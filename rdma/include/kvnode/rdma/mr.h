@@ -67,6 +67,11 @@ struct MrOptions {
   bool check_memlock = true;
   // Name for logs, leak reports and errors. Default "mr".
   std::string label = "mr";
+  // Default null. Anything that must outlive the registration, typically
+  // the owner of the memory (e.g. a std::shared_ptr<HostMemory>): released
+  // only after ibv_dereg_mr succeeded, so the pages cannot be unmapped while
+  // the MR (or a work request naming it) is alive.
+  std::shared_ptr<void> backing;
 
   [[nodiscard]] absl::Status Validate() const;
 };
@@ -120,7 +125,8 @@ class Mr : public std::enable_shared_from_this<Mr> {
 
   // Declared in creation order (PD first, so it is released last).
   std::shared_ptr<Pd> pd_;
-  ibv_mr* mr_ = nullptr;  // null once deregistered; written under mu_
+  std::shared_ptr<void> backing_;  // released after deregistration
+  ibv_mr* mr_ = nullptr;           // null once deregistered; written under mu_
   void* addr_ = nullptr;
   size_t length_ = 0;
   uint64_t iova_ = 0;

@@ -13,9 +13,11 @@
 #define KVNODE_RDMA_REF_GATE_H_
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <mutex>
 
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 
 namespace kvnode::rdma {
@@ -41,9 +43,10 @@ class RefGate {
   void Unpin(uint64_t unit) {
     const uint64_t now = state_.fetch_sub(unit, std::memory_order_acq_rel) - unit;
     if (now == kClosedBit) {
-      // Idle and closed: wake WaitIdle (absl re-evaluates waiters'
-      // conditions when the mutex is released).
-      absl::MutexLock l(&mu_);
+      // Idle and closed: wake WaitIdle. Taking the lock orders this after
+      // a waiter's predicate check, so the wakeup cannot be lost.
+      { std::lock_guard<std::mutex> l(mu_); }
+      cv_.notify_all();
     }
   }
 
@@ -52,8 +55,8 @@ class RefGate {
   // After Close(): waits up to `timeout` for both counts to reach zero.
   bool WaitIdle(absl::Duration timeout) {
     if (idle()) return true;
-    absl::MutexLock l(&mu_);
-    return mu_.AwaitWithTimeout(absl::Condition(this, &RefGate::idle), timeout);
+    std::unique_lock<std::mutex> l(mu_);
+    return cv_.wait_for(l, absl::ToChronoNanoseconds(timeout), [this] { return idle(); });
   }
 
   bool idle() const { return state_.load(std::memory_order_acquire) == kClosedBit; }
@@ -67,7 +70,10 @@ class RefGate {
 
  private:
   std::atomic<uint64_t> state_{0};
-  absl::Mutex mu_;
+  // std primitives rather than absl::Mutex: TSan sees through libstdc++'s
+  // pthread calls but not through Debian's uninstrumented libabsl.
+  std::mutex mu_;
+  std::condition_variable cv_;
 };
 
 }  // namespace kvnode::rdma
