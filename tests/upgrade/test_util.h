@@ -1,0 +1,49 @@
+// Shared bits of the upgrade unit tests.
+#ifndef KVNODE_TESTS_UPGRADE_TEST_UTIL_H_
+#define KVNODE_TESTS_UPGRADE_TEST_UTIL_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kvnode/upgrade/messages.h"
+
+namespace kvnode::upgrade::testing {
+
+inline SessionTable SampleSessions(int clients, int window) {
+  SessionTable t;
+  t.next_client_id = static_cast<uint64_t>(clients) + 100;
+  for (int c = 0; c < clients; ++c) {
+    SessionRecord r;
+    r.client_id = static_cast<uint64_t>(c) + 7;
+    r.highest_sequence = static_cast<uint64_t>(window) * 3 + static_cast<uint64_t>(c);
+    for (int i = 0; i < window; ++i) {
+      r.window.push_back({static_cast<uint64_t>(i) * 3 + 1, static_cast<uint8_t>(i % 5),
+                          0x1000000000ULL + static_cast<uint64_t>(i)});
+    }
+    t.sessions.push_back(std::move(r));
+  }
+  return t;
+}
+
+inline CounterSnapshot SampleCounters() {
+  return CounterSnapshot{{{"ops_put", 12345}, {"ops_get_rpc", 7}, {"bytes_in", ~uint64_t{0}}}};
+}
+
+// One of every message type with every field non-default.
+inline std::vector<HandoffMessage> AllSampleMessages() {
+  return {
+      Hello{kHandoffProtocolVersion, 4242, 8, 0x3, "build-b"},
+      Ready{0xabcdef, 0, 0x55aa55aa55aa55aaULL, 256ULL << 20, 1},
+      HandOver{
+          8, {FdRole::kListenTcp, FdRole::kAdminSocket}, SampleSessions(3, 4), SampleCounters()},
+      Owned{8, 4242},
+      Gone{7, 1, CounterSnapshot{{{"ops_put", 3}}}},
+      Abort{static_cast<uint32_t>(AbortCode::kIncompatible),
+            "arena_layout_version: expected 1, found 2"},
+  };
+}
+
+}  // namespace kvnode::upgrade::testing
+
+#endif  // KVNODE_TESTS_UPGRADE_TEST_UTIL_H_
