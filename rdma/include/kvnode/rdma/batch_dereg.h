@@ -2,9 +2,10 @@
 //
 // Each MR goes through SafeDeregister (refusals stay per MR). With more than
 // one thread the list is split into contiguous parts deregistered in
-// parallel: rdma_bench measured on rxe that 2 threads beat serial for many
-// small MRs (docs/rdma.md has the table), so kAuto uses
-// min(2, hardware threads) when there are at least kParallelThreshold MRs.
+// parallel. Measured with rdma_bench on rxe in the TCG VM (docs/rdma.md):
+// parallel kvrdma deregistration was slower than serial in most runs
+// (0.13x-1.29x), so the automatic choice is serial; `threads` > 1 is kept for
+// devices where a measurement shows parallel wins.
 #ifndef KVNODE_RDMA_BATCH_DEREG_H_
 #define KVNODE_RDMA_BATCH_DEREG_H_
 
@@ -17,10 +18,10 @@
 namespace kvnode::rdma {
 
 struct BatchDeregOptions {
-  // Threads. Default 0 = automatic (see above); 1 = serial.
+  // Threads. Default 0 = automatic: serial (see above). 1 = serial; N > 1
+  // splits the list over N threads when it has >= parallel_threshold MRs.
   int threads = 0;
-  // Below this many MRs kAuto stays serial (thread start costs more).
-  // Default 16.
+  // Below this many MRs the batch stays serial. Default 16.
   int parallel_threshold = 16;
 
   [[nodiscard]] absl::Status Validate() const;
