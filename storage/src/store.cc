@@ -415,17 +415,17 @@ absl::StatusOr<Store::GetResult> Store::Get(std::string_view key) {
   if (absl::Status s = CheckKey(key); !s.ok()) return s;
   const Geometry& g = arena_->geometry();
   GetResult out;
-  bool ask_db = false;
   {
-    // Same decoder as a remote client, on bytes copied under the shared lock
-    // (so they are never torn here).
+    // Same decoder as a remote client, on bytes copied under the shared lock.
+    // Torn bytes (kRetry) are still possible when another process is the
+    // writer (live upgrade), so retry a few times before asking RocksDB.
     absl::ReaderMutexLock a(&arena_mu_);
     char buf[kMaxObjectSize + kInlineGranule];
     ReadStep step = FirstRead(g, key);
-    for (int i = 0; i < 2 + 2 * static_cast<int>(kMaxChainLength); ++i) {
+    int retries = 0;
+    for (int i = 0; i < 4 * static_cast<int>(kMaxChainLength); ++i) {
       if (step.length > sizeof(buf) || step.offset > g.arena_size ||
           step.length > g.arena_size - step.offset) {
-        ask_db = true;
         break;
       }
       std::memcpy(buf, arena_->At(step.offset), step.length);
@@ -442,18 +442,15 @@ absl::StatusOr<Store::GetResult> Store::Get(std::string_view key) {
         gets_missing_.fetch_add(1, std::memory_order_relaxed);
         return absl::NotFoundError("key not found");
       }
-      if (r.outcome != ReadResult::Outcome::kNext) {
-        if (r.outcome == ReadResult::Outcome::kRetry) {
-          LOG_EVERY_N(WARNING, 1000) << "arena read retried under the lock: arena damaged?";
-        }
-        ask_db = true;
-        break;
+      if (r.outcome == ReadResult::Outcome::kNext) {
+        step = r.next;
+      } else if (r.outcome == ReadResult::Outcome::kRetry && ++retries <= 3) {
+        step = FirstRead(g, key);
+      } else {
+        break;  // slow path
       }
-      step = r.next;
     }
-    ask_db = true;
   }
-  (void)ask_db;
   {
     absl::ReaderMutexLock d(&db_mu_);
     if (db_ == nullptr) {
