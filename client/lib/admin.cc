@@ -1,5 +1,6 @@
 #include "kvnode/client/admin.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -102,6 +103,37 @@ absl::StatusOr<std::string> AdminRequest(const std::string& socket_path, std::st
   while (!answer.empty() && (answer.back() == '\n' || answer.back() == '\r')) answer.pop_back();
   if (answer.empty()) return absl::UnavailableError("admin socket closed without an answer");
   return answer;
+}
+
+absl::StatusOr<std::string> ReadAuthTokenFile(const std::string& path) {
+  Fd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) {
+    return absl::NotFoundError(absl::StrCat("--auth_token_file ", path, ": ", strerror(errno)));
+  }
+  struct stat st;
+  if (fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat("--auth_token_file ", path, ": not a file"));
+  }
+  if ((st.st_mode & 077) != 0) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("--auth_token_file ", path, ": readable by group/others (chmod 600 it)"));
+  }
+  std::string token;
+  char buf[2048];
+  for (;;) {
+    ssize_t n = read(fd.get(), buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return absl::InternalError(absl::StrCat("read ", path, ": ", strerror(errno)));
+    if (n == 0) break;
+    token.append(buf, static_cast<size_t>(n));
+    if (token.size() > 4096) break;
+  }
+  while (!token.empty() && (token.back() == '\n' || token.back() == '\r')) token.pop_back();
+  if (token.empty() || token.size() > 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--auth_token_file ", path, ": token must be 1..1024 bytes"));
+  }
+  return token;
 }
 
 }  // namespace kvnode::client

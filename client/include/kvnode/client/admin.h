@@ -28,6 +28,10 @@ std::string DefaultAdminSocketPath();
                                                        std::string_view request,
                                                        absl::Time deadline);
 
+// Reads a token file as the node does: the whole file without its trailing
+// newline(s); must be 1..1024 bytes. Refuses a group/world-readable file.
+[[nodiscard]] absl::StatusOr<std::string> ReadAuthTokenFile(const std::string& path);
+
 }  // namespace kvnode::client
 
 #endif  // KVNODE_CLIENT_ADMIN_H_

@@ -1,0 +1,211 @@
+// kvctl: talks to a running kvnode over its admin socket.
+//
+//   kvctl [--admin_socket PATH] [--json] [--timeout_ms N] COMMAND [ARGS]
+//
+// Commands: ping, stats, metrics (Prometheus text), mrs, clients,
+// upgrade [--binary PATH], drain. Human-readable output by default, the
+// node's raw JSON with --json. Exit status: 0 ok, 1 the node answered an
+// error, 2 no answer (not running, wrong socket, time-out) or bad usage.
+#include <gflags/gflags.h>
+
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/time.h"
+#include "kvnode/client/admin.h"
+#include "nlohmann/json.hpp"
+
+DEFINE_string(admin_socket, "",
+              "the node's admin socket (default: the first existing of /run/kvnode/admin.sock, "
+              "$XDG_RUNTIME_DIR/kvnode/admin.sock, /tmp/kvnode-$UID/admin.sock)");
+DEFINE_bool(json, false, "print the node's JSON answer as is (for scripts)");
+DEFINE_int32(timeout_ms, 5000, "give up when the node has not answered within this time");
+DEFINE_string(binary, "", "upgrade: the new binary (default: the node's --upgrade_binary)");
+
+namespace {
+
+using nlohmann::json;
+
+std::string Scalar(const json& v) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_number_float()) {
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), "%.3f", v.get<double>());
+    return buf;
+  }
+  return v.dump();
+}
+
+std::string HumanBytes(const json& v) {
+  if (!v.is_number()) return Scalar(v);
+  double b = v.get<double>();
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) {
+    b /= 1024;
+    ++u;
+  }
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), u == 0 ? "%.0f %s" : "%.1f %s", b, units[u]);
+  return buf;
+}
+
+void PrintFlat(const json& obj, const std::string& prefix, size_t width) {
+  for (auto it = obj.begin(); it != obj.end(); ++it) {
+    if (it.key() == "ok") continue;
+    const std::string name = prefix.empty() ? it.key() : absl::StrCat(prefix, ".", it.key());
+    if (it->is_object()) {
+      if (it->empty()) {
+        std::printf("%-*s (none)\n", static_cast<int>(width), name.c_str());
+      } else {
+        PrintFlat(*it, name, width);
+      }
+      continue;
+    }
+    std::string value = Scalar(*it);
+    if (it.key().find("bytes") != std::string::npos || it.key() == "size" || it.key() == "used") {
+      value = absl::StrCat(value, " (", HumanBytes(*it), ")");
+    }
+    std::printf("%-*s %s\n", static_cast<int>(width), name.c_str(), value.c_str());
+  }
+}
+
+// Prints a list of objects as a table with the union of their keys.
+void PrintTable(const json& rows) {
+  if (!rows.is_array() || rows.empty()) {
+    std::printf("(none)\n");
+    return;
+  }
+  std::vector<std::string> cols;
+  for (const json& r : rows) {
+    if (!r.is_object()) continue;
+    for (auto it = r.begin(); it != r.end(); ++it) {
+      if (std::find(cols.begin(), cols.end(), it.key()) == cols.end()) cols.push_back(it.key());
+    }
+  }
+  std::vector<std::vector<std::string>> cells;
+  std::vector<size_t> width(cols.size());
+  for (size_t c = 0; c < cols.size(); ++c) width[c] = cols[c].size();
+  for (const json& r : rows) {
+    std::vector<std::string> line;
+    for (size_t c = 0; c < cols.size(); ++c) {
+      std::string v = r.is_object() && r.contains(cols[c]) ? Scalar(r[cols[c]]) : "-";
+      if ((cols[c] == "lkey" || cols[c] == "rkey" || cols[c] == "addr") && r.contains(cols[c]) &&
+          r[cols[c]].is_number_unsigned()) {
+        char buf[32];
+        std::snprintf(buf, sizeof(buf), "0x%llx",
+                      static_cast<unsigned long long>(r[cols[c]].get<uint64_t>()));
+        v = buf;
+      }
+      width[c] = std::max(width[c], v.size());
+      line.push_back(std::move(v));
+    }
+    cells.push_back(std::move(line));
+  }
+  for (size_t c = 0; c < cols.size(); ++c) {
+    std::printf("%-*s  ", static_cast<int>(width[c]), cols[c].c_str());
+  }
+  std::printf("\n");
+  for (const auto& line : cells) {
+    for (size_t c = 0; c < cols.size(); ++c) {
+      std::printf("%-*s  ", static_cast<int>(width[c]), line[c].c_str());
+    }
+    std::printf("\n");
+  }
+}
+
+// The list in an answer: the first array-valued member (e.g. "mrs",
+// "clients"), or the answer itself.
+const json* FindList(const json& answer) {
+  if (answer.is_array()) return &answer;
+  for (auto it = answer.begin(); it != answer.end(); ++it) {
+    if (it->is_array()) return &*it;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  gflags::SetUsageMessage(
+      "kvctl [--admin_socket PATH] [--json] COMMAND\n"
+      "  commands: ping | stats | metrics | mrs | clients | upgrade [--binary PATH] | drain");
+  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  if (argc < 2) {
+    std::fprintf(stderr,
+                 "kvctl: no command (ping, stats, metrics, mrs, clients, upgrade, drain)\n");
+    return 2;
+  }
+  const std::string cmd = argv[1];
+  static const std::vector<std::string> kCommands = {"ping",    "stats",   "metrics", "mrs",
+                                                     "clients", "upgrade", "drain"};
+  if (std::find(kCommands.begin(), kCommands.end(), cmd) == kCommands.end()) {
+    std::fprintf(stderr, "kvctl: unknown command '%s'\n", cmd.c_str());
+    return 2;
+  }
+  std::vector<std::string> words = {cmd};
+  if (cmd == "upgrade") {
+    if (!FLAGS_binary.empty()) words.push_back(FLAGS_binary);
+    for (int i = 2; i < argc; ++i) words.push_back(argv[i]);
+  } else if (argc > 2) {
+    std::fprintf(stderr, "kvctl: '%s' takes no arguments\n", cmd.c_str());
+    return 2;
+  }
+  const std::string socket_path =
+      FLAGS_admin_socket.empty() ? kvnode::client::DefaultAdminSocketPath() : FLAGS_admin_socket;
+  const absl::Time t0 = absl::Now();
+  absl::StatusOr<std::string> answer = kvnode::client::AdminRequest(
+      socket_path, absl::StrJoin(words, " "), t0 + absl::Milliseconds(FLAGS_timeout_ms));
+  if (!answer.ok()) {
+    std::fprintf(stderr, "kvctl: %s\n", std::string(answer.status().message()).c_str());
+    return 2;
+  }
+  if (cmd == "metrics") {
+    std::printf("%s\n", answer->c_str());
+    return 0;
+  }
+  json j = json::parse(*answer, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) {
+    std::fprintf(stderr, "kvctl: the node's answer is not JSON: %s\n", answer->c_str());
+    return 2;
+  }
+  const bool ok = j.is_object() && j.value("ok", false);
+  if (FLAGS_json) {
+    std::printf("%s\n", j.dump().c_str());
+    return ok ? 0 : 1;
+  }
+  if (!ok) {
+    std::fprintf(
+        stderr, "kvctl %s: %s\n", cmd.c_str(),
+        j.is_object() && j.contains("error") ? Scalar(j["error"]).c_str() : answer->c_str());
+    return 1;
+  }
+  if (cmd == "ping") {
+    std::printf("pong from %s in %s", socket_path.c_str(),
+                absl::FormatDuration(absl::Now() - t0).c_str());
+    if (j.contains("pid")) std::printf(" (pid %s)", Scalar(j["pid"]).c_str());
+    if (j.contains("generation")) std::printf(" generation %s", Scalar(j["generation"]).c_str());
+    std::printf("\n");
+    return 0;
+  }
+  if (cmd == "mrs" || cmd == "clients") {
+    const json* list = FindList(j);
+    if (list == nullptr) {
+      PrintFlat(j, "", 24);
+    } else {
+      PrintTable(*list);
+      for (auto it = j.begin(); it != j.end(); ++it) {
+        if (it.key() != "ok" && !it->is_array()) {
+          std::printf("%s: %s\n", it.key().c_str(), Scalar(*it).c_str());
+        }
+      }
+    }
+    return 0;
+  }
+  PrintFlat(j, "", 28);
+  return 0;
+}
