@@ -1,0 +1,98 @@
+// The admin protocol (docs/server.md, contract): one request line on a Unix
+// stream socket, one answer, then the server closes.
+//
+//   request:  WORD [ARG ...] '\n'      (printable ASCII, <= kMaxAdminLine bytes)
+//   answer:   one JSON object + '\n':  {"ok":true,...} or {"ok":false,"error":"..."}
+//             `metrics` is answered in Prometheus text exposition format.
+//
+// This header is the pure part (parsing and rendering, unit-tested); the
+// socket handling lives in the server's control loop.
+#ifndef KVNODE_SERVER_ADMIN_H_
+#define KVNODE_SERVER_ADMIN_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kvnode/server/metrics.h"
+
+namespace kvnode::server {
+
+inline constexpr size_t kMaxAdminLine = 4096;
+
+enum class AdminCommand { kPing, kStats, kMetrics, kMrs, kClients, kUpgrade, kDrain };
+const char* AdminCommandName(AdminCommand c);
+
+struct AdminRequest {
+  AdminCommand command = AdminCommand::kPing;
+  std::vector<std::string> args;  // `upgrade [BINARY]`: at most one
+};
+
+// Parses one request line (with or without its trailing '\n'). InvalidArgument
+// for an empty line, an unknown command, bytes outside printable ASCII, too
+// many arguments or a line over kMaxAdminLine.
+[[nodiscard]] absl::StatusOr<AdminRequest> ParseAdminRequest(std::string_view line);
+
+// Everything `stats` and `metrics` report, gathered by the server.
+struct StatsView {
+  double uptime_s = 0;
+  int64_t pid = 0;
+  uint64_t generation = 0;
+  std::string build_id;
+  uint64_t clients = 0;  // sessions in Ready
+  uint64_t qps = 0;      // live verbs QPs (kvrdma accounting)
+  uint64_t mrs = 0;
+  uint64_t mws = 0;
+  uint64_t pinned_bytes = 0;
+  CounterSnapshot counters;
+  struct Arena {
+    uint64_t size = 0;
+    uint64_t used = 0;  // index + live object bytes
+    uint64_t keys = 0;
+    uint64_t resident_keys = 0;
+    uint64_t evictions = 0;
+  } arena;
+  bool upgrade_in_progress = false;
+  bool writes_paused = false;
+};
+
+struct ClientRow {
+  uint64_t client_id = 0;
+  std::string peer;  // "ip:port" of the control connection
+  uint32_t qpn = 0;
+  uint32_t rkey = 0;
+  std::string state;  // "handshake", "ready", "closing"
+  uint64_t ops = 0;   // RPCs served on this session
+  double connected_s = 0;
+};
+
+struct MrRow {
+  std::string kind;  // "mr" or "mw"
+  std::string label;
+  uint32_t lkey = 0;  // mr only
+  uint32_t rkey = 0;
+  uint64_t addr = 0;  // remote address (iova) the key covers
+  uint64_t length = 0;
+  std::string access;                 // "REMOTE_READ|MW_BIND", ...
+  std::optional<uint64_t> client_id;  // mw: the client it is bound for
+};
+
+// "LOCAL_WRITE|REMOTE_READ|..." for ibv_access_flags bits; "NONE" for 0.
+std::string AccessFlagsString(int access);
+
+// One line each, with the trailing '\n'.
+std::string AdminErrorAnswer(std::string_view message);
+// {"ok":true,"pong":true,"generation":G,"pid":P,"listen":"host:port"}
+std::string AdminPingAnswer(uint64_t generation, int64_t pid, std::string_view listen);
+std::string StatsAnswer(const StatsView& v);
+std::string ClientsAnswer(const std::vector<ClientRow>& rows);
+std::string MrsAnswer(const std::vector<MrRow>& rows, uint64_t pinned_bytes);
+// Prometheus text exposition format (version 0.0.4), names prefixed kvnode_.
+std::string RenderPrometheus(const StatsView& v);
+
+}  // namespace kvnode::server
+
+#endif  // KVNODE_SERVER_ADMIN_H_

@@ -1,0 +1,92 @@
+// Per-client write deduplication (contract: "Session semantics").
+//
+// Each client id has a window of the most recent writes (PUT, DELETE) the node
+// applied, keyed by the request's sequence, with the answer that was given
+// (status and version). A retry of a write with the same (client id,
+// sequence) -- after a lost response, a reconnect or a live-upgrade move -- is
+// answered from the window and never applied twice.
+//
+// Invariants:
+//  1. An entry is recorded only for a definitive answer (OK, NOT_FOUND,
+//     REJECTED). BUSY and INTERNAL answers are not recorded: the retry must
+//     be applied.
+//  2. The window keeps the `capacity` most recently recorded entries; when
+//     full, the oldest is forgotten and `floor()` rises to its sequence.
+//  3. A write whose sequence is <= floor() and not in the window may have
+//     been applied already: the server refuses it (REJECTED, kRpcTooOld)
+//     rather than risk applying it twice.
+//
+// The state is a plain list (Export/Import) so that a live upgrade can hand
+// it to the next process. Thread safety: none; owned by the data-plane thread.
+#ifndef KVNODE_SERVER_DEDUPE_H_
+#define KVNODE_SERVER_DEDUPE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+
+namespace kvnode::server {
+
+struct DedupeEntry {
+  uint64_t sequence = 0;
+  uint8_t opcode = 0;  // proto::Opcode
+  uint8_t status = 0;  // proto::RpcStatus given
+  uint64_t version = 0;
+  friend bool operator==(const DedupeEntry&, const DedupeEntry&) = default;
+};
+
+class DedupeWindow {
+ public:
+  explicit DedupeWindow(size_t capacity = 1024);
+
+  // The recorded answer for `sequence`, or null.
+  const DedupeEntry* Find(uint64_t sequence) const;
+  // Invariant 3: true if `sequence` is not in the window but not newer than
+  // something forgotten.
+  bool TooOld(uint64_t sequence) const {
+    return has_floor_ && sequence <= floor_ && !Find(sequence);
+  }
+  // Records an answer (replacing an entry of the same sequence).
+  void Record(const DedupeEntry& e);
+
+  size_t size() const { return order_.size(); }
+  size_t capacity() const { return capacity_; }
+  uint64_t floor() const { return floor_; }
+  bool has_floor() const { return has_floor_; }
+
+  // Oldest first. Import(Export()) restores an equal window (floor included).
+  struct Exported {
+    std::vector<DedupeEntry> entries;
+    bool has_floor = false;
+    uint64_t floor = 0;
+  };
+  Exported Export() const;
+  static DedupeWindow Import(const Exported& state, size_t capacity);
+
+ private:
+  size_t capacity_;
+  std::deque<uint64_t> order_;  // sequences, oldest first
+  absl::flat_hash_map<uint64_t, DedupeEntry> entries_;
+  bool has_floor_ = false;
+  uint64_t floor_ = 0;  // highest forgotten sequence
+};
+
+// What the node remembers about one client id across its sessions.
+struct ClientRecord {
+  uint64_t client_id = 0;
+  DedupeWindow window;
+  uint64_t last_active_ns = 0;  // CLOCK_MONOTONIC of the last session end, for eviction
+};
+
+// The session table handed from one process to the next in a live upgrade.
+struct ClientRecordExport {
+  uint64_t client_id = 0;
+  DedupeWindow::Exported window;
+};
+
+}  // namespace kvnode::server
+
+#endif  // KVNODE_SERVER_DEDUPE_H_

@@ -1,0 +1,112 @@
+// Configuration of a kvnode process. main() copies the gflags into a
+// ServerOptions; everything below the flags layer takes this struct.
+//
+// Every field states its default. Validate() rejects nonsense with a message
+// that names the flag (--name) the field comes from.
+#ifndef KVNODE_SERVER_OPTIONS_H_
+#define KVNODE_SERVER_OPTIONS_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace kvnode::server {
+
+struct ServerOptions {
+  // --listen. TCP address of the control listener, "host:port" or
+  // "[v6]:port". Default "127.0.0.1:7000". Port 0 picks a free port (tests).
+  std::string listen = "127.0.0.1:7000";
+  // --rdma_device. Verbs device name. Default "": the first ACTIVE device.
+  std::string rdma_device = "";
+  // --rdma_port. Port of the device. Default 1.
+  int rdma_port = 1;
+  // --gid_index. Default -1: automatic (IPv4-mapped RoCE v2 GID).
+  int gid_index = -1;
+
+  // --db_path. RocksDB directory. Required (no default).
+  std::string db_path = "";
+  // --sync_writes. fsync the WAL before a write is acknowledged. Default true.
+  bool sync_writes = true;
+  // --arena_size. Bytes of the shared-memory arena. Default 256 MiB.
+  uint64_t arena_size = uint64_t{256} << 20;
+  // --arena_path. If set, the arena is a file at this path (e.g. on a
+  // hugetlbfs mount) instead of a POSIX shm object. Default "".
+  std::string arena_path = "";
+  // --shm_name. Name of the POSIX shm object (/dev/shm/<name>) when
+  // arena_path is empty. Default "kvnode-arena".
+  std::string shm_name = "kvnode-arena";
+  // --keep_arena. Keep the arena segment at clean shutdown (a clean arena
+  // whose generation matches RocksDB is re-attached at the next start without
+  // a rebuild). Default false: the segment is removed.
+  bool keep_arena = false;
+
+  // --auth_token_file. File holding the token clients must present (trailing
+  // newline stripped). Must not be group/world readable. Default "": no auth
+  // (a warning is logged).
+  std::string auth_token_file = "";
+  // --max_clients. Concurrent client sessions (each one QP, one window,
+  // 3 x rpc_credits RPC buffers). Default 64.
+  uint32_t max_clients = 64;
+  // --rpc_credits. RPC receive buffers posted per client = the most RPCs a
+  // client may have outstanding. Default 8.
+  uint32_t rpc_credits = 8;
+  // --memory_windows. Serve the arena through a type-2 window per client when
+  // the device supports them ("auto"), always ("on": fail without), or never
+  // ("off": the arena MR's rkey, REMOTE_READ). Default "auto".
+  std::string memory_windows = "auto";
+
+  // --handshake_timeout_ms. A client that has not completed Hello..Ready in
+  // this time is cut. Default 5000.
+  absl::Duration handshake_timeout = absl::Seconds(5);
+  // --keepalive_ms. Interval of the server's Keepalive frames; a session that
+  // has sent nothing for keepalive_misses intervals is cut. 0 disables.
+  // Default 1000.
+  absl::Duration keepalive_interval = absl::Seconds(1);
+  // --keepalive_misses. Default 3.
+  uint32_t keepalive_misses = 3;
+  // --shutdown_timeout_ms. Bound on the whole drain at SIGTERM (per QP drains
+  // are bounded by it too). Default 10000.
+  absl::Duration shutdown_timeout = absl::Seconds(10);
+  // --dedupe_window. Applied writes remembered per client id (answers to
+  // retried (client id, sequence) pairs). Default 1024 (the contract's floor).
+  uint32_t dedupe_window = 1024;
+  // --max_client_records. Dedupe records of disconnected clients kept for
+  // their reconnect (oldest dropped first). Default 4096.
+  uint32_t max_client_records = 4096;
+  // --spin_us. After activity the data-plane thread busy-polls its CQ this
+  // long before sleeping on the completion channel. Default 20.
+  uint32_t spin_us = 20;
+
+  // --pid_file. Written after startup, removed at exit. Default "".
+  std::string pid_file = "";
+  // --admin_socket. Unix socket for kvctl. Default "": /run/kvnode/admin.sock
+  // if /run/kvnode can be used, else $XDG_RUNTIME_DIR/kvnode/admin.sock, else
+  // /tmp/kvnode-$UID/admin.sock (directories created 0700).
+  std::string admin_socket = "";
+  // Upgrade generation of this process (1 for a cold start; the upgrade
+  // module passes the old one's + 1). Default 1.
+  uint64_t generation = 1;
+  // Free-form build identification shown in stats. Default: set by main().
+  std::string build_id = "";
+
+  [[nodiscard]] absl::Status Validate() const;
+};
+
+// "always" | "never" | "auto" from ServerOptions::memory_windows.
+enum class WindowMode { kAuto, kOn, kOff };
+[[nodiscard]] absl::StatusOr<WindowMode> ParseWindowMode(const std::string& s);
+
+// The default admin socket path as described for ServerOptions::admin_socket
+// (creating the chosen 0700 directory). Error when none is usable.
+[[nodiscard]] absl::StatusOr<std::string> DefaultAdminSocketPath();
+
+// Reads the auth token file; refuses a file that is group/world readable or
+// not a regular file. Trailing '\n'/'\r' are stripped. Empty token refused.
+[[nodiscard]] absl::StatusOr<std::string> ReadAuthTokenFile(const std::string& path);
+
+}  // namespace kvnode::server
+
+#endif  // KVNODE_SERVER_OPTIONS_H_

@@ -1,0 +1,120 @@
+// The kvnode server: one object per process that owns the device, the
+// Store, the arena and RPC-pool MRs, the control listener, the admin socket
+// and the two threads (docs/server.md):
+//
+//   control thread (the caller of Run): epoll over the listener, every
+//     control connection, the admin socket, a signalfd (SIGTERM, SIGINT,
+//     SIGUSR2) and its task queue; handshakes, keepalives, admin answers;
+//   data-plane thread: the shared CQ with a completion channel, every client
+//     QP and window, RPC handling, the dedupe records.
+//
+// Life cycle: Create() (binds or adopts sockets, opens device and Store,
+// registers memory) -> Run() (serves until SIGTERM/SIGINT or
+// RequestShutdown(); then stops accepting, says Goodbye, tears every session
+// down in the safe order, deregisters MRs, closes RocksDB, checks the verbs
+// accounting) -> destroy.
+//
+// Hooks for the live upgrade (issue 6) are below "Upgrade hooks". Unless a
+// comment says otherwise they must be called on the control thread, i.e.
+// from an UpgradeHandler or a task given to RunOnControlThread().
+#ifndef KVNODE_SERVER_SERVER_H_
+#define KVNODE_SERVER_SERVER_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kvnode/proto/control.h"
+#include "kvnode/server/dedupe.h"
+#include "kvnode/server/metrics.h"
+#include "kvnode/server/options.h"
+
+namespace kvnode::server {
+
+class ServerImpl;
+
+// Sockets a new process adopts instead of binding (live upgrade). -1 = bind.
+struct InheritedSockets {
+  int listen_fd = -1;  // a listening TCP socket
+  int admin_fd = -1;   // a listening Unix stream socket at options.admin_socket
+};
+
+class Server {
+ public:
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<Server>> Create(
+      const ServerOptions& options, InheritedSockets inherited = {});
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Serves on the calling thread (it becomes the control thread) until
+  // shutdown. OK only for a clean shutdown: every session torn down, RocksDB
+  // closed, no verbs object leaked (rdma::Accounting::CheckNoLeaks).
+  [[nodiscard]] absl::Status Run();
+
+  // Any thread, any number of times.
+  void RequestShutdown();
+  // "host:port" actually bound (port resolved when --listen had port 0).
+  std::string listen_address() const;
+  const std::string& admin_socket_path() const;
+  uint64_t generation() const;
+  Metrics& metrics();
+
+  // --- Upgrade hooks (issue 6) ------------------------------------------------
+  // Called on the control thread for SIGUSR2 (binary = nullopt) and for the
+  // admin command `upgrade [BINARY]`; `reply` (call once, any thread) takes
+  // the admin answer line (JSON + '\n'); for SIGUSR2 it only logs. Without a
+  // handler, `upgrade` is answered {"ok":false,"error":"not implemented yet"}.
+  using UpgradeHandler = std::function<void(Server& server, std::optional<std::string> binary,
+                                            std::function<void(std::string)> reply)>;
+  void SetUpgradeHandler(UpgradeHandler handler);  // before Run()
+
+  // Runs `task` on the control thread. Any thread.
+  void RunOnControlThread(std::function<void()> task);
+
+  // The listening sockets, for passing with SCM_RIGHTS (still owned here).
+  int listen_fd() const;
+  int admin_fd() const;
+  // Stops accepting control connections and admin requests (fds stay open).
+  void StopAccepting();
+  // Resumes accepting (rollback).
+  void ResumeAccepting();
+  // New PUT/DELETE are answered BUSY once `done` runs (on the control thread):
+  // every write received before was applied and answered.
+  void PauseWrites(std::function<void()> done);
+  void ResumeWrites(std::function<void()> done);
+  // Any thread. Store::CloseDbForHandoff / ReopenDbAfterFailedHandoff: the
+  // arena stays mapped and registered; READs and resident GETs keep working.
+  [[nodiscard]] absl::Status CloseDbForHandoff();
+  [[nodiscard]] absl::Status ReopenDbAfterFailedHandoff();
+  // Sends Move to every Ready client; `on_ack(client_id)` runs on the control
+  // thread for each MoveAck received. Returns how many Moves were sent.
+  size_t SendMoveToAll(const proto::Move& move, std::function<void(uint64_t)> on_ack);
+  // Ready sessions that have not acknowledged the last Move.
+  size_t PendingMoveAcks() const;
+  // Session table (client ids + dedupe windows); `done` runs on the control
+  // thread with a consistent snapshot taken on the data thread.
+  void ExportSessions(std::function<void(std::vector<ClientRecordExport>)> done);
+  // Before Run(): adopt the table of the previous process.
+  void ImportSessions(std::vector<ClientRecordExport> records);
+  // Counters: metrics().Export() / metrics().Import() (monotonic across
+  // upgrades). Marks the process as handed off: at shutdown it neither
+  // closes RocksDB (CloseDbForHandoff did) nor removes the arena, the pid
+  // file or the admin socket path (they belong to the new process now).
+  void MarkHandedOff();
+  void SetUpgradeInProgress(bool in_progress);
+
+ private:
+  explicit Server(std::unique_ptr<ServerImpl> impl);
+  std::unique_ptr<ServerImpl> impl_;
+};
+
+}  // namespace kvnode::server
+
+#endif  // KVNODE_SERVER_SERVER_H_

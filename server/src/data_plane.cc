@@ -1,0 +1,420 @@
+// Data plane: setup, teardown and the event loop. The per-completion hot path
+// is in data_plane_datapath.cc.
+#include "data_plane.h"
+
+#include <glog/logging.h>
+#include <poll.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "data_plane_internal.h"
+#include "kvnode/proto/rpc.h"
+#include "kvnode/rdma/errors.h"
+
+namespace kvnode::server {
+namespace {
+
+rdma::PeerInfo ToPeer(const proto::QpInfo& q, bool roce) {
+  rdma::PeerInfo p;
+  p.qp_num = q.qpn;
+  p.psn = q.psn;
+  std::copy(q.gid.begin(), q.gid.end(), p.gid);
+  p.lid = q.lid;
+  p.port = q.port;
+  p.mtu = q.mtu;
+  p.use_grh = roce ? 1 : 0;
+  return p;
+}
+
+proto::QpInfo FromPeer(const rdma::PeerInfo& p) {
+  proto::QpInfo q;
+  q.qpn = p.qp_num;
+  q.psn = p.psn;
+  std::copy(std::begin(p.gid), std::end(p.gid), q.gid.begin());
+  q.lid = p.lid;
+  q.mtu = p.mtu;
+  q.port = p.port;
+  return q;
+}
+
+uint64_t NowNs() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count());
+}
+
+rdma::Deadline ToDeadline(absl::Duration d) {
+  return rdma::DeadlineIn(absl::ToChronoNanoseconds(d));
+}
+
+}  // namespace
+
+size_t RpcBufferStride() { return (proto::kMaxRpcMessageSize + 63) / 64 * 64; }
+
+size_t RpcPoolBytes(uint32_t max_clients, uint32_t credits) {
+  // Per client: `credits` receive slots and 2 x credits send slots (a client
+  // may issue its next request before our send completion is polled).
+  const size_t bytes = size_t{max_clients} * 3 * credits * RpcBufferStride();
+  return (bytes + 4095) / 4096 * 4096;
+}
+
+DataPlane::DataPlane(const DataPlaneConfig& config, DataPlaneResources resources,
+                     KvBackend* backend, Metrics* metrics, LostFn on_lost)
+    : config_(config),
+      res_(std::move(resources)),
+      backend_(backend),
+      metrics_(metrics),
+      on_lost_(std::move(on_lost)) {}
+
+absl::StatusOr<std::unique_ptr<DataPlane>> DataPlane::Create(const DataPlaneConfig& config,
+                                                             DataPlaneResources resources,
+                                                             KvBackend* backend, Metrics* metrics,
+                                                             LostFn on_lost) {
+  if (resources.pool_mr == nullptr || resources.arena_mr == nullptr || resources.pd == nullptr) {
+    return absl::InvalidArgumentError("DataPlane::Create: missing PD or MR");
+  }
+  if (resources.pool_mr->length() < RpcPoolBytes(config.max_clients, config.credits)) {
+    return absl::InvalidArgumentError("DataPlane::Create: RPC pool MR too small");
+  }
+  std::unique_ptr<DataPlane> dp(
+      new DataPlane(config, std::move(resources), backend, metrics, std::move(on_lost)));
+  absl::StatusOr<std::unique_ptr<TaskQueue>> q = TaskQueue::Create();
+  if (!q.ok()) return q.status();
+  dp->tasks_ = std::move(*q);
+
+  // Every signaled WR of every QP, plus one drain marker per QP.
+  const int64_t per_qp = 3 * int64_t{config.credits} + 3;
+  int64_t depth = int64_t{config.max_clients} * per_qp + 16;
+  const int max_cqe = dp->res_.device->caps().max_cqe;
+  if (max_cqe > 0 && depth > max_cqe) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the CQ would need ", depth, " entries for --max_clients=", config.max_clients,
+                     " x --rpc_credits=", config.credits, " but the device allows ", max_cqe,
+                     ": lower one of them"));
+  }
+  rdma::CqOptions co;
+  co.depth = static_cast<int>(depth);
+  co.with_channel = true;
+  co.label = "server-cq";
+  absl::StatusOr<std::shared_ptr<rdma::Cq>> cq = rdma::Cq::Create(dp->res_.device, co);
+  if (!cq.ok()) return cq.status();
+  dp->cq_ = std::move(*cq);
+  for (uint32_t b = config.max_clients; b > 0; --b) dp->free_blocks_.push_back(b - 1);
+  return dp;
+}
+
+DataPlane::~DataPlane() {
+  if (thread_.joinable()) {
+    Post([this] { stop_ = true; });
+    thread_.join();
+  }
+  // Sessions left (Shutdown not called): their destructors deallocate
+  // windows before destroying QPs (kvrdma guarantees the order).
+  by_serial_.clear();
+  by_client_.clear();
+  by_conn_.clear();
+}
+
+void DataPlane::Start() {
+  if (started_) return;
+  started_ = true;
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void DataPlane::Shutdown() {
+  if (!thread_.joinable()) return;
+  Post([this] {
+    std::vector<uint64_t> ids;
+    for (const auto& [id, s] : by_conn_) ids.push_back(id);
+    for (uint64_t id : ids) CloseSession(id, "node shutting down");
+    stop_ = true;
+  });
+  thread_.join();
+}
+
+void DataPlane::Loop() {
+  std::array<rdma::Completion, 32> wcs;
+  using SteadyClock = std::chrono::steady_clock;
+  auto last_activity = SteadyClock::now();
+  const auto spin = std::chrono::microseconds(config_.spin_us);
+  auto poll_once = [&]() -> int {
+    absl::StatusOr<int> n = cq_->Poll(wcs);
+    if (!n.ok()) {
+      LOG(ERROR) << "data plane: " << n.status();
+      return 0;
+    }
+    for (int i = 0; i < *n; ++i) HandleCompletion(wcs[i]);
+    return *n;
+  };
+  while (!stop_) {
+    const int n = poll_once();
+    const bool ran = tasks_->pending() && tasks_->RunAll() > 0;
+    if (n > 0 || ran) {
+      last_activity = SteadyClock::now();
+      continue;
+    }
+    if (SteadyClock::now() - last_activity < spin) continue;
+    // Idle: arm the CQ, then poll once more (a completion that arrived before
+    // arming raises no event), then sleep on the channel and the task queue.
+    if (absl::Status s = cq_->RequestNotify(); !s.ok()) {
+      LOG(ERROR) << "data plane: " << s;
+    }
+    if (poll_once() > 0 || tasks_->pending()) {
+      last_activity = SteadyClock::now();
+      continue;
+    }
+    pollfd fds[2] = {{cq_->channel_fd(), POLLIN, 0}, {tasks_->fd(), POLLIN, 0}};
+    const int rc = poll(fds, 2, 1000);
+    if (rc > 0 && (fds[0].revents & POLLIN) != 0) {
+      // Gets and acknowledges the event (does not block: the fd is readable).
+      absl::StatusOr<bool> ev = cq_->WaitForEvent(rdma::Clock::now());
+      if (!ev.ok()) LOG(ERROR) << "data plane: " << ev.status();
+    }
+    last_activity = SteadyClock::now();
+  }
+}
+
+ClientRecord* DataPlane::RecordFor(uint64_t client_id) {
+  auto it = records_.find(client_id);
+  if (it != records_.end()) return it->second.get();
+  auto rec = std::make_unique<ClientRecord>(
+      ClientRecord{client_id, DedupeWindow(config_.dedupe_window), NowNs()});
+  ClientRecord* raw = rec.get();
+  records_.emplace(client_id, std::move(rec));
+  TrimRecords();
+  return raw;
+}
+
+void DataPlane::TrimRecords() {
+  while (records_.size() > config_.max_client_records) {
+    // Drop the record idle longest (never one with a live session).
+    uint64_t victim = 0;
+    uint64_t oldest = UINT64_MAX;
+    for (const auto& [id, rec] : records_) {
+      if (by_client_.contains(id)) continue;
+      if (rec->last_active_ns < oldest) {
+        oldest = rec->last_active_ns;
+        victim = id;
+      }
+    }
+    if (oldest == UINT64_MAX) return;
+    records_.erase(victim);
+  }
+}
+
+absl::StatusOr<SessionSetup> DataPlane::CreateSession(uint64_t conn_id,
+                                                      uint64_t requested_client_id,
+                                                      std::string peer) {
+  if (by_conn_.contains(conn_id)) {
+    return absl::AlreadyExistsError(absl::StrCat("connection ", conn_id, " has a session"));
+  }
+  SessionSetup setup;
+  uint64_t client_id = requested_client_id;
+  if (client_id != 0) {
+    auto live = by_client_.find(client_id);
+    if (live != by_client_.end()) {
+      // The client reconnected (or moved) while its old session lingers:
+      // the old one goes first so that its in-flight writes are recorded in
+      // the dedupe window before the new session's retries arrive.
+      setup.replaced_conn = live->second->conn_id;
+      CloseSession(live->second->conn_id, "replaced by a newer session of the same client id");
+    }
+  }
+  if (free_blocks_.empty()) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("all ", config_.max_clients, " client slots in use (--max_clients)"));
+  }
+  if (client_id == 0) {
+    static thread_local std::mt19937_64 rng{std::random_device{}()};
+    do {
+      client_id = rng();
+    } while (client_id == 0 || records_.contains(client_id));
+  }
+
+  auto s = std::make_unique<Session>();
+  s->conn_id = conn_id;
+  s->client_id = client_id;
+  s->serial = next_serial_++;
+  if (next_serial_ == 0) next_serial_ = 1;
+  s->block = free_blocks_.back();
+  s->peer = std::move(peer);
+  s->created = absl::Now();
+  for (uint32_t i = 2 * config_.credits; i > 0; --i) s->free_send.push_back(i - 1);
+
+  rdma::QpOptions qo;
+  qo.max_send_wr = 2 * config_.credits + 2;  // responses + bind + invalidate
+  qo.max_recv_wr = config_.credits;
+  qo.remote_access = IBV_ACCESS_REMOTE_READ;
+  qo.label = absl::StrCat("client-", client_id);
+  absl::StatusOr<std::unique_ptr<rdma::Qp>> qp = rdma::Qp::Create(res_.pd, cq_, cq_, qo);
+  if (!qp.ok()) return qp.status();
+  s->qp = std::move(*qp);
+  if (absl::Status st = s->qp->ToInit(); !st.ok()) return st;
+  if (config_.use_windows) {
+    absl::StatusOr<std::shared_ptr<rdma::Mw>> mw = rdma::Mw::Allocate(
+        res_.pd, rdma::MwType::kType2, absl::StrCat("window-client-", client_id));
+    if (!mw.ok()) return mw.status();
+    s->mw = std::move(*mw);
+    // The bind is posted once the QP is RTS (ConnectSession); its rkey is
+    // known now (kvrdma binds with ibv_inc_rkey of the current key).
+    s->rkey = ibv_inc_rkey(s->mw->rkey());
+  } else {
+    s->rkey = res_.arena_mr->rkey();
+  }
+  // Receives may be posted in INIT: they are in place before the client can
+  // send (the client sends only after Ready).
+  for (uint32_t i = 0; i < config_.credits; ++i) {
+    if (absl::Status st = PostRecvSlot(*s, i); !st.ok()) return st;
+  }
+
+  free_blocks_.pop_back();
+  s->record = RecordFor(client_id);
+  setup.client_id = client_id;
+  rdma::PeerInfo local = s->qp->LocalInfo();
+  local.mtu = static_cast<uint8_t>(res_.device->active_mtu());
+  setup.qp = FromPeer(local);
+  setup.rkey = s->rkey;
+  by_serial_[s->serial] = s.get();
+  by_client_[client_id] = s.get();
+  by_conn_[conn_id] = std::move(s);
+  live_sessions_.store(by_conn_.size(), std::memory_order_relaxed);
+  return setup;
+}
+
+absl::Status DataPlane::ConnectSession(uint64_t conn_id, const proto::QpInfo& client) {
+  auto it = by_conn_.find(conn_id);
+  if (it == by_conn_.end()) {
+    return absl::NotFoundError(absl::StrCat("connection ", conn_id, " has no session"));
+  }
+  Session& s = *it->second;
+  const rdma::PeerInfo peer = ToPeer(client, res_.device->is_roce());
+  if (absl::Status st = s.qp->ToRtr(peer); !st.ok()) return st;
+  if (absl::Status st = s.qp->ToRts(); !st.ok()) return st;
+  if (s.mw != nullptr) {
+    const uint64_t wr = MakeWrId(s.serial, WrTag::kBind, 0);
+    absl::StatusOr<uint32_t> rkey =
+        s.qp->PostBindMw(wr, s.mw, res_.arena_mr, 0, res_.arena_size, IBV_ACCESS_REMOTE_READ);
+    if (!rkey.ok()) return rkey.status();
+    if (*rkey != s.rkey) {
+      return absl::InternalError(
+          absl::StrCat("window bound with rkey ", *rkey, " but Welcome announced ", s.rkey));
+    }
+    absl::StatusOr<rdma::Completion> c =
+        s.qp->WaitFor(wr, rdma::WrKind::kBindMw, rdma::DeadlineIn(std::chrono::seconds(2)));
+    if (!c.ok()) return c.status();
+    if (!c->ok()) return c->ToStatus();
+  }
+  s.connected = true;
+  ready_sessions_.fetch_add(1, std::memory_order_relaxed);
+  return absl::OkStatus();
+}
+
+void DataPlane::CloseSession(uint64_t conn_id, const std::string& why) {
+  auto it = by_conn_.find(conn_id);
+  if (it == by_conn_.end()) return;
+  Reap(*it->second, why, std::nullopt, /*notify=*/false);
+}
+
+void DataPlane::Reap(Session& s, const std::string& why, std::optional<ErrorKind> kind,
+                     bool notify) {
+  const uint64_t conn_id = s.conn_id;
+  const uint32_t qpn = s.qp != nullptr ? s.qp->qp_num() : 0;
+  // 1. The window first: its rkey is dead from here on.
+  if (s.mw != nullptr) {
+    if (absl::Status st = s.mw->Dealloc(); !st.ok()) {
+      LOG(WARNING) << "client " << s.client_id << ": window dealloc: " << st;
+    }
+  }
+  // 2-4. QP to ERR, drain, destroy.
+  size_t flushed = 0;
+  if (s.qp != nullptr) {
+    if (absl::Status st = s.qp->ToError(); !st.ok()) {
+      LOG(WARNING) << "client " << s.client_id << ": QP " << qpn << " to ERR: " << st;
+    }
+    std::vector<rdma::Completion> done;
+    if (absl::Status st = s.qp->Drain(ToDeadline(config_.drain_timeout), &done); !st.ok()) {
+      LOG(WARNING) << "client " << s.client_id << ": drain of QP " << qpn << ": " << st;
+    }
+    flushed = done.size();
+    s.qp.reset();
+  }
+  s.mw.reset();
+  // 5. Buffers back to the pool.
+  free_blocks_.push_back(s.block);
+  by_serial_.erase(s.serial);
+  if (auto c = by_client_.find(s.client_id); c != by_client_.end() && c->second == &s) {
+    by_client_.erase(c);
+  }
+  if (s.record != nullptr) s.record->last_active_ns = NowNs();
+  if (s.connected) ready_sessions_.fetch_sub(1, std::memory_order_relaxed);
+  metrics_->Add(Counter::kSessionsClosed);
+  if (kind.has_value()) metrics_->Error(*kind);
+  LOG(INFO) << "session closed: client " << s.client_id << " (" << s.peer << ", conn " << conn_id
+            << ", qpn " << qpn << ", " << s.ops << " RPCs, " << flushed << " WRs flushed): " << why;
+  std::string why_copy = why;
+  by_conn_.erase(conn_id);  // destroys s
+  live_sessions_.store(by_conn_.size(), std::memory_order_relaxed);
+  TrimRecords();
+  if (notify && on_lost_)
+    on_lost_(conn_id, std::move(why_copy), kind.value_or(ErrorKind::kQpError));
+}
+
+std::vector<ClientRow> DataPlane::ClientRows() const {
+  std::vector<ClientRow> rows;
+  const absl::Time now = absl::Now();
+  for (const auto& [id, s] : by_conn_) {
+    ClientRow r;
+    r.client_id = s->client_id;
+    r.peer = s->peer;
+    r.qpn = s->qp != nullptr ? s->qp->qp_num() : 0;
+    r.rkey = s->rkey;
+    r.state = s->connected ? "ready" : "handshake";
+    r.ops = s->ops;
+    r.connected_s = absl::ToDoubleSeconds(now - s->created);
+    rows.push_back(std::move(r));
+  }
+  std::sort(rows.begin(), rows.end(),
+            [](const ClientRow& a, const ClientRow& b) { return a.client_id < b.client_id; });
+  return rows;
+}
+
+std::vector<MrRow> DataPlane::WindowRows() const {
+  std::vector<MrRow> rows;
+  for (const auto& [id, s] : by_conn_) {
+    if (s->mw == nullptr) continue;
+    MrRow r;
+    r.kind = "mw";
+    r.label = s->mw->label();
+    r.rkey = s->rkey;
+    r.addr = res_.arena_mr->iova();
+    r.length = res_.arena_size;
+    r.access = s->mw->bound() ? "REMOTE_READ" : "NONE (not bound yet)";
+    r.client_id = s->client_id;
+    rows.push_back(std::move(r));
+  }
+  return rows;
+}
+
+std::vector<ClientRecordExport> DataPlane::ExportRecords() const {
+  std::vector<ClientRecordExport> out;
+  out.reserve(records_.size());
+  for (const auto& [id, rec] : records_) out.push_back({id, rec->window.Export()});
+  return out;
+}
+
+void DataPlane::ImportRecords(const std::vector<ClientRecordExport>& records) {
+  for (const ClientRecordExport& r : records) {
+    // A live session keeps pointing at its record: never replace that one.
+    if (r.client_id == 0 || by_client_.contains(r.client_id)) continue;
+    auto rec = std::make_unique<ClientRecord>(
+        ClientRecord{r.client_id, DedupeWindow::Import(r.window, config_.dedupe_window), NowNs()});
+    records_[r.client_id] = std::move(rec);
+  }
+  TrimRecords();
+}
+
+}  // namespace kvnode::server

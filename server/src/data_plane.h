@@ -1,0 +1,165 @@
+// The data-plane thread: owns the shared CQ (with its completion channel),
+// every client QP and memory window, the RPC buffer pool's slots and the
+// dedupe records. Nothing here is touched by another thread: the control
+// thread hands it work through a TaskQueue (Post) and hears back through
+// callbacks that post to the control thread's queue.
+//
+// One DataSession per client control connection, keyed by the control
+// connection id. Teardown of a session, on every path (client goodbye, QP in
+// ERR, replaced, shutdown), in this order (contract):
+//   1. deallocate the client's window (invalidates its rkey) -- windows go
+//      before their QP: rxe blocks ~50 s destroying a QP with a bound window;
+//   2. QP to ERR;  3. drain (marker + receive count, bounded);
+//   4. destroy the QP;  5. return its RPC buffers to the pool.
+#ifndef KVNODE_SERVER_SRC_DATA_PLANE_H_
+#define KVNODE_SERVER_SRC_DATA_PLANE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "kvnode/proto/control.h"
+#include "kvnode/rdma/cq.h"
+#include "kvnode/rdma/device.h"
+#include "kvnode/rdma/mr.h"
+#include "kvnode/rdma/mw.h"
+#include "kvnode/rdma/pd.h"
+#include "kvnode/rdma/qp.h"
+#include "kvnode/server/admin.h"
+#include "kvnode/server/dedupe.h"
+#include "kvnode/server/metrics.h"
+#include "kvnode/server/rpc_handler.h"
+#include "task_queue.h"
+
+namespace kvnode::server {
+
+struct DataPlaneConfig {
+  uint32_t max_clients = 64;
+  uint32_t credits = 8;  // receive buffers per client
+  uint32_t dedupe_window = 1024;
+  uint32_t max_client_records = 4096;
+  bool use_windows = true;
+  uint32_t spin_us = 20;
+  absl::Duration drain_timeout = absl::Seconds(2);  // per QP
+};
+
+// Memory and verbs objects created by the Server and shared with the data
+// plane. The Server keeps its own references and deregisters the MRs after
+// the data plane is gone.
+struct DataPlaneResources {
+  std::shared_ptr<rdma::Device> device;
+  std::shared_ptr<rdma::Pd> pd;
+  std::shared_ptr<rdma::Mr> arena_mr;  // MW_BIND (windows) or REMOTE_READ, iova 0
+  std::shared_ptr<rdma::Mr> pool_mr;   // LOCAL_WRITE; RPC buffers
+  uint8_t* pool_base = nullptr;
+  uint64_t arena_size = 0;
+};
+
+// What the control thread needs to answer Hello.
+struct SessionSetup {
+  uint64_t client_id = 0;
+  proto::QpInfo qp;
+  uint32_t rkey = 0;  // predicted rkey of the window (bound at Connect), or the MR's
+  // Set when this Hello resumed a client id that had a live session: that
+  // session's control connection must be told Goodbye{kReplaced}.
+  std::optional<uint64_t> replaced_conn;
+};
+
+// Size of one RPC buffer slot in the pool (kMaxRpcMessageSize rounded up).
+size_t RpcBufferStride();
+// Bytes of pool memory for `config`.
+size_t RpcPoolBytes(uint32_t max_clients, uint32_t credits);
+
+class DataPlane {
+ public:
+  // Called on the data thread when a session ends on its own (QP error):
+  // conn_id, why, kind. The Server posts it to the control thread.
+  using LostFn = std::function<void(uint64_t conn_id, std::string why, ErrorKind kind)>;
+
+  static absl::StatusOr<std::unique_ptr<DataPlane>> Create(const DataPlaneConfig& config,
+                                                           DataPlaneResources resources,
+                                                           KvBackend* backend, Metrics* metrics,
+                                                           LostFn on_lost);
+  // Joins the thread if still running (Shutdown first for an orderly stop).
+  ~DataPlane();
+
+  void Start();
+  // Runs `task` on the data thread. Any thread.
+  void Post(std::function<void()> task) { tasks_->Post(std::move(task)); }
+  // Tears every session down (the order above), stops the loop and joins.
+  // Any thread but the data thread; blocks.
+  void Shutdown();
+
+  // --- data thread only (call through Post) ---------------------------------
+  absl::StatusOr<SessionSetup> CreateSession(uint64_t conn_id, uint64_t requested_client_id,
+                                             std::string peer);
+  // Client QP info -> RTR/RTS, window bound (waits for the bind completion).
+  absl::Status ConnectSession(uint64_t conn_id, const proto::QpInfo& client);
+  // Orderly teardown; no LostFn call. Unknown ids are ignored.
+  void CloseSession(uint64_t conn_id, const std::string& why);
+  void SetWritesPaused(bool paused) { writes_paused_ = paused; }
+  bool writes_paused() const { return writes_paused_; }
+  std::vector<ClientRow> ClientRows() const;
+  std::vector<MrRow> WindowRows() const;
+  std::vector<ClientRecordExport> ExportRecords() const;
+  void ImportRecords(const std::vector<ClientRecordExport>& records);
+
+  // Any thread (atomics).
+  uint64_t live_sessions() const { return live_sessions_.load(std::memory_order_relaxed); }
+  uint64_t ready_sessions() const { return ready_sessions_.load(std::memory_order_relaxed); }
+
+ private:
+  struct Session;
+  DataPlane(const DataPlaneConfig& config, DataPlaneResources resources, KvBackend* backend,
+            Metrics* metrics, LostFn on_lost);
+
+  void Loop();
+  // Hot path (data_plane_datapath.cc).
+  void HandleCompletion(const rdma::Completion& c);
+  // False when the session was reaped (do not touch it any more).
+  bool HandleRequest(Session& s, uint32_t recv_slot, uint32_t byte_len);
+  absl::Status PostRecvSlot(Session& s, uint32_t slot);
+  uint64_t RecvOffset(const Session& s, uint32_t slot) const;
+  uint64_t SendOffset(const Session& s, uint32_t slot) const;
+
+  // Teardown (the order in the file comment). notify: call on_lost_.
+  void Reap(Session& s, const std::string& why, std::optional<ErrorKind> kind, bool notify);
+  ClientRecord* RecordFor(uint64_t client_id);
+  void TrimRecords();
+
+  const DataPlaneConfig config_;
+  DataPlaneResources res_;
+  KvBackend* const backend_;
+  Metrics* const metrics_;
+  const LostFn on_lost_;
+  std::unique_ptr<TaskQueue> tasks_;
+  std::shared_ptr<rdma::Cq> cq_;  // shared by all client QPs (send and recv)
+  std::thread thread_;
+  bool started_ = false;
+  bool stop_ = false;  // data thread only
+
+  // --- data thread only -------------------------------------------------------
+  absl::flat_hash_map<uint64_t, std::unique_ptr<Session>> by_conn_;
+  absl::flat_hash_map<uint32_t, Session*> by_serial_;  // wr_id -> session
+  absl::flat_hash_map<uint64_t, Session*> by_client_;  // live session of a client id
+  absl::flat_hash_map<uint64_t, std::unique_ptr<ClientRecord>> records_;
+  std::vector<uint32_t> free_blocks_;
+  uint32_t next_serial_ = 1;
+  bool writes_paused_ = false;
+
+  std::atomic<uint64_t> live_sessions_{0};
+  std::atomic<uint64_t> ready_sessions_{0};
+};
+
+}  // namespace kvnode::server
+
+#endif  // KVNODE_SERVER_SRC_DATA_PLANE_H_

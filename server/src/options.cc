@@ -1,0 +1,149 @@
+#include "kvnode/server/options.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "kvnode/proto/control.h"
+
+namespace kvnode::server {
+namespace {
+
+absl::Status Bad(const char* flag, const std::string& why) {
+  return absl::InvalidArgumentError(absl::StrCat("--", flag, ": ", why));
+}
+
+// Creates `dir` with mode 0700 if missing; OK if it exists, is ours and is a
+// directory that nobody else can write.
+absl::Status EnsurePrivateDir(const std::string& dir) {
+  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return absl::PermissionDeniedError(absl::StrCat("mkdir ", dir, ": ", strerror(errno)));
+  }
+  struct stat st {};
+  if (lstat(dir.c_str(), &st) != 0) {
+    return absl::InternalError(absl::StrCat("stat ", dir, ": ", strerror(errno)));
+  }
+  if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 0077) != 0) {
+    return absl::PermissionDeniedError(
+        absl::StrCat(dir, " is not a directory owned by uid ", geteuid(), " with mode 0700"));
+  }
+  if (access(dir.c_str(), W_OK | X_OK) != 0) {
+    return absl::PermissionDeniedError(absl::StrCat(dir, " is not writable"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ServerOptions::Validate() const {
+  if (absl::StatusOr<proto::HostPort> hp = proto::ParseHostPort(listen); !hp.ok()) {
+    // Port 0 (any free port) is allowed for tests; ParseHostPort refuses it.
+    if (!(listen.size() > 2 && listen.substr(listen.size() - 2) == ":0")) {
+      return Bad("listen", std::string(hp.status().message()));
+    }
+  }
+  if (rdma_port < 1 || rdma_port > 255) return Bad("rdma_port", "must be 1..255");
+  if (gid_index < -1 || gid_index > 255) return Bad("gid_index", "must be -1 (auto) or 0..255");
+  if (db_path.empty()) return Bad("db_path", "required (RocksDB directory)");
+  if (arena_size < (uint64_t{1} << 20)) return Bad("arena_size", "must be at least 1 MiB");
+  if (arena_size > (uint64_t{1} << 39)) return Bad("arena_size", "must be at most 512 GiB");
+  if (arena_path.empty() && (shm_name.empty() || shm_name.find('/') != std::string::npos)) {
+    return Bad("shm_name", "must be a non-empty name without '/'");
+  }
+  if (max_clients < 1 || max_clients > 4096) return Bad("max_clients", "must be 1..4096");
+  if (rpc_credits < 1 || rpc_credits > 256) return Bad("rpc_credits", "must be 1..256");
+  if (!ParseWindowMode(memory_windows).ok()) {
+    return Bad("memory_windows", "must be auto, on or off");
+  }
+  if (handshake_timeout <= absl::ZeroDuration() || handshake_timeout > absl::Minutes(10)) {
+    return Bad("handshake_timeout_ms", "must be 1 ms .. 10 min");
+  }
+  if (keepalive_interval < absl::ZeroDuration()) {
+    return Bad("keepalive_ms", "must be >= 0 (0 disables)");
+  }
+  if (keepalive_misses < 1 || keepalive_misses > 1000) {
+    return Bad("keepalive_misses", "must be 1..1000");
+  }
+  if (shutdown_timeout <= absl::ZeroDuration() || shutdown_timeout > absl::Minutes(10)) {
+    return Bad("shutdown_timeout_ms", "must be 1 ms .. 10 min");
+  }
+  if (dedupe_window < 1024 || dedupe_window > (1u << 20)) {
+    return Bad("dedupe_window", "must be 1024..1048576 (the contract asks for >= 1024)");
+  }
+  if (max_client_records < max_clients) {
+    return Bad("max_client_records", "must be >= --max_clients");
+  }
+  if (spin_us > 1000000) return Bad("spin_us", "must be <= 1000000");
+  if (generation == 0) return absl::InvalidArgumentError("generation must be >= 1");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<WindowMode> ParseWindowMode(const std::string& s) {
+  if (s == "auto") return WindowMode::kAuto;
+  if (s == "on") return WindowMode::kOn;
+  if (s == "off") return WindowMode::kOff;
+  return absl::InvalidArgumentError(absl::StrCat("unknown window mode '", s, "'"));
+}
+
+absl::StatusOr<std::string> DefaultAdminSocketPath() {
+  if (EnsurePrivateDir("/run/kvnode").ok()) return std::string("/run/kvnode/admin.sock");
+  if (const char* xdg = std::getenv("XDG_RUNTIME_DIR"); xdg != nullptr && xdg[0] == '/') {
+    const std::string dir = absl::StrCat(xdg, "/kvnode");
+    if (EnsurePrivateDir(dir).ok()) return dir + "/admin.sock";
+  }
+  const std::string dir = absl::StrCat("/tmp/kvnode-", geteuid());
+  if (absl::Status s = EnsurePrivateDir(dir); !s.ok()) return s;
+  return dir + "/admin.sock";
+}
+
+absl::StatusOr<std::string> ReadAuthTokenFile(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) {
+    return absl::NotFoundError(
+        absl::StrCat("--auth_token_file ", path, ": open: ", strerror(errno)));
+  }
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return absl::InvalidArgumentError(
+        absl::StrCat("--auth_token_file ", path, ": not a regular file"));
+  }
+  if ((st.st_mode & 0077) != 0) {
+    close(fd);
+    return absl::PermissionDeniedError(absl::StrCat("--auth_token_file ", path, ": mode ",
+                                                    absl::StrFormat("%03o", st.st_mode & 0777),
+                                                    " lets group/others access it; chmod 600 it"));
+  }
+  std::string token;
+  char buf[1024];
+  for (;;) {
+    const ssize_t n = read(fd, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      close(fd);
+      return absl::InternalError(absl::StrCat("--auth_token_file ", path, ": ", strerror(err)));
+    }
+    if (n == 0) break;
+    token.append(buf, static_cast<size_t>(n));
+    if (token.size() > proto::kMaxAuthTokenSize + 2) break;
+  }
+  close(fd);
+  while (!token.empty() && (token.back() == '\n' || token.back() == '\r')) token.pop_back();
+  if (token.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("--auth_token_file ", path, ": empty token"));
+  }
+  if (token.size() > proto::kMaxAuthTokenSize) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--auth_token_file ", path, ": token longer than ", proto::kMaxAuthTokenSize, " bytes"));
+  }
+  return token;
+}
+
+}  // namespace kvnode::server

@@ -1,0 +1,135 @@
+# Shared helpers for the e2e scripts (bash; `source` it). Every node runs in a
+# fresh temp dir with its own port (kernel-chosen), shm name, admin socket,
+# RocksDB and log. No fixed sleeps: every wait polls a condition with a
+# deadline.
+#
+#   source "$(dirname "$0")/lib.sh"
+#   kv_require_device                    # exit 1 with a reason when none
+#   kv_start_node [kvnode flags...]      # sets KV_PID KV_ADDR KV_ADMIN KV_DIR KV_SHM KV_LOG KV_TOKEN
+#   kv_admin stats                       # one admin request, prints the answer
+#   kv_stat KEY                          # a number from `stats` (dotted path: errors.auth_failed)
+#   kv_rdma_count qp|mr [PID]            # objects of PID in `rdma resource show`
+#   kv_stop_node                         # SIGTERM; exit 0 within KV_STOP_TIMEOUT s, no leaks
+#   kv_fail MSG / kv_ok MSG
+set -euo pipefail
+
+KV_BUILD=${KVNODE_BUILD_DIR:?KVNODE_BUILD_DIR must point at the build directory}
+KV_NODE_BIN=${KV_NODE_BIN:-$KV_BUILD/server/kvnode}
+KV_RAW_CLIENT=${KV_RAW_CLIENT:-$KV_BUILD/tests/e2e/kvnode_raw_client}
+KV_KVCTL=${KV_KVCTL:-$KV_BUILD/client/tools/kvctl}
+KV_KVLOAD=${KV_KVLOAD:-$KV_BUILD/client/tools/kvload}
+KV_STOP_TIMEOUT=${KV_STOP_TIMEOUT:-15}
+KV_TEST=$(basename "${BASH_SOURCE[1]:-$0}" .sh)
+KV_PID=""
+
+kv_log() { echo "[$KV_TEST $(date +%H:%M:%S)] $*" >&2; }
+kv_ok() { kv_log "ok: $*"; }
+kv_fail() {
+  kv_log "FAIL: $*"
+  if [[ -n ${KV_LOG:-} && -f ${KV_LOG:-} ]]; then
+    echo "---- last 60 lines of the node log ($KV_LOG)" >&2
+    tail -n 60 "$KV_LOG" >&2
+  fi
+  exit 1
+}
+
+# Device tests must run: without a device say why and fail (contract).
+kv_require_device() {
+  local devs
+  devs=$(rdma link show 2>/dev/null | grep -c 'state ACTIVE' || true)
+  if [[ ${devs:-0} -eq 0 ]]; then
+    kv_log "no ACTIVE RDMA device (rdma link show): run this inside deploy/rxe-vm"
+    exit 1
+  fi
+}
+
+# Waits until COMMAND succeeds or DEADLINE_S passes: kv_wait_for 10 cmd args...
+kv_wait_for() {
+  local deadline=$(($(date +%s%N) + $1 * 1000000000))
+  shift
+  while ! "$@" >/dev/null 2>&1; do
+    if (($(date +%s%N) > deadline)); then return 1; fi
+    sleep 0.05  # poll interval of a condition with a deadline, not a synchronisation
+  done
+}
+
+# One admin request through the Unix socket (the raw client's admin mode:
+# python or kvctl start far too slowly under TCG).
+kv_admin() { "$KV_RAW_CLIENT" --mode admin --admin_socket "$KV_ADMIN" --cmd "$*"; }
+
+# kv_stat KEY -> the number of a flat key of `stats`, or of an error kind
+# (errors.KIND). Names are unique in the answer, so a grep suffices.
+kv_stat() {
+  local key=${1#errors.}
+  kv_admin stats | grep -o "\"$key\":[0-9.]*" | head -n 1 | cut -d: -f2
+}
+
+# Number of objects (qp|mr) the kernel lists for PID (default: the node).
+kv_rdma_count() {
+  local kind=$1 pid=${2:-$KV_PID}
+  rdma resource show "$kind" 2>/dev/null | grep -c " pid $pid " || true
+}
+
+kv_start_node() {
+  KV_DIR=$(mktemp -d "/tmp/kv-e2e-$KV_TEST.XXXXXX")
+  KV_SHM="kvnode-e2e-$$-$RANDOM"
+  KV_ADMIN="$KV_DIR/admin/admin.sock"
+  KV_LOG="$KV_DIR/kvnode.log"
+  KV_TOKEN="$KV_DIR/token"
+  (umask 077 && head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$KV_TOKEN")
+  "$KV_NODE_BIN" --listen 127.0.0.1:0 --db_path "$KV_DIR/db" --shm_name "$KV_SHM" \
+    --admin_socket "$KV_ADMIN" --auth_token_file "$KV_TOKEN" --pid_file "$KV_DIR/pid" \
+    --arena_size $((64 << 20)) --sync_writes=false --max_clients 16 "$@" >"$KV_LOG" 2>&1 &
+  KV_PID=$!
+  if ! kv_wait_for 60 kv_admin ping; then
+    kv_fail "node did not answer ping within 60 s"
+  fi
+  KV_ADDR=$(kv_admin ping | grep -o '"listen":"[^"]*"' | cut -d'"' -f4)
+  kv_log "node pid $KV_PID on $KV_ADDR (dir $KV_DIR, shm $KV_SHM)"
+}
+
+kv_raw() { "$KV_RAW_CLIENT" --server "$KV_ADDR" --auth_token_file "$KV_TOKEN" "$@"; }
+
+# SIGTERM, then: exit 0 within KV_STOP_TIMEOUT s, "clean shutdown" logged,
+# no verbs object of the pid left, the shm segment gone (unless --keep_arena).
+kv_stop_node() {
+  local keep=${1:-}
+  [[ -n $KV_PID ]] || return 0
+  local t0 rc=0
+  t0=$(date +%s%N)
+  kill -TERM "$KV_PID"
+  local deadline=$((t0 + KV_STOP_TIMEOUT * 1000000000))
+  while kill -0 "$KV_PID" 2>/dev/null; do
+    if (($(date +%s%N) > deadline)); then
+      kill -KILL "$KV_PID" || true
+      kv_fail "node did not exit within $KV_STOP_TIMEOUT s of SIGTERM"
+    fi
+    sleep 0.05  # poll interval
+  done
+  wait "$KV_PID" || rc=$?
+  local ms=$((($(date +%s%N) - t0) / 1000000))
+  [[ $rc -eq 0 ]] || kv_fail "node exited $rc after SIGTERM"
+  grep -q "clean shutdown: no verbs object left" "$KV_LOG" || kv_fail "no clean-shutdown line"
+  local qps mrs
+  qps=$(kv_rdma_count qp "$KV_PID")
+  mrs=$(kv_rdma_count mr "$KV_PID")
+  [[ $qps -eq 0 && $mrs -eq 0 ]] || kv_fail "kernel still lists $qps QPs / $mrs MRs of pid $KV_PID"
+  if [[ $keep != keep ]] && [[ -e /dev/shm/$KV_SHM ]]; then
+    kv_fail "shared-memory segment /dev/shm/$KV_SHM leaked"
+  fi
+  [[ ! -e $KV_ADMIN ]] || kv_fail "admin socket $KV_ADMIN left behind"
+  kv_ok "node stopped by SIGTERM in ${ms} ms, exit 0, no verbs objects or shm left"
+  KV_PID=""
+}
+
+kv_cleanup() {
+  if [[ -n $KV_PID ]] && kill -0 "$KV_PID" 2>/dev/null; then kill -KILL "$KV_PID" || true; fi
+  [[ -n ${KV_SHM:-} ]] && rm -f "/dev/shm/$KV_SHM"
+  return 0
+}
+trap kv_cleanup EXIT
+
+# Conditions for kv_wait_for.
+kv_stat_is() { [[ $(kv_stat "$1") == "$2" ]]; }
+kv_stat_at_least() { local v; v=$(kv_stat "$1"); [[ -n $v && ${v%.*} -ge $2 ]]; }
+kv_qp_count_is() { [[ $(kv_rdma_count qp) -eq $1 ]]; }

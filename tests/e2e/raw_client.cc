@@ -1,0 +1,611 @@
+// kvnode_raw_client: a test client that speaks the wire protocol with
+// kvproto + kvrdma directly (no libkvclient), so that it can also misbehave
+// on purpose. Used by the e2e scripts (tests/e2e/*.sh); each --mode checks
+// one behaviour of the node and exits 0 when the node behaved as specified,
+// 1 otherwise (with the reason on stderr).
+//
+//   --mode=put_get      PUT n keys by RPC, READ each back from the arena by
+//                       RDMA with the storage read path, RPC GET, DELETE, GET
+//   --mode=steady       PUT/READ loop for --duration_s; any failure -> exit 1
+//   --mode=cycles       n x (connect, PUT, READ, Goodbye)
+//   --mode=bad_auth | bad_version | garbage | oversize_frame | truncated |
+//          unexpected | no_handshake     control-channel misbehaviour
+//   --mode=rpc_bad      malformed RPCs (each answered REJECTED), then a SEND
+//                       larger than the server's receive buffer (session cut)
+//   --mode=bad_rkey     READ with a wrong rkey: our QP errors, the node cuts
+//                       the session (and nothing else)
+//   --mode=vanish       post RPCs and exit at once without Goodbye
+#include <arpa/inet.h>
+#include <gflags/gflags.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <variant>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "kvnode/proto/control.h"
+#include "kvnode/proto/frame_io.h"
+#include "kvnode/proto/rpc.h"
+#include "kvnode/rdma/cq.h"
+#include "kvnode/rdma/device.h"
+#include "kvnode/rdma/memory.h"
+#include "kvnode/rdma/mr.h"
+#include "kvnode/rdma/pd.h"
+#include "kvnode/rdma/qp.h"
+#include "kvnode/storage/format.h"
+#include "kvnode/storage/read_path.h"
+
+DEFINE_string(server, "127.0.0.1:7000", "node address");
+DEFINE_string(auth_token_file, "", "token file");
+DEFINE_string(mode, "put_get", "what to do (see the file comment)");
+DEFINE_int32(n, 50, "keys / cycles");
+DEFINE_int32(value_size, 100, "value bytes");
+DEFINE_double(duration_s, 10, "steady: run this long");
+DEFINE_string(key_prefix, "k", "key prefix (distinct per concurrent client)");
+DEFINE_string(rdma_device, "", "verbs device (default: first ACTIVE)");
+DEFINE_double(timeout_s, 10, "deadline for each expected answer");
+DEFINE_string(admin_socket, "", "--mode=admin: the node's admin socket");
+DEFINE_string(cmd, "ping", "--mode=admin: the request line");
+
+namespace {
+
+using namespace kvnode;  // NOLINT: a test tool
+
+absl::Time Deadline() { return absl::Now() + absl::Seconds(FLAGS_timeout_s); }
+
+[[noreturn]] void Fail(const std::string& why) {
+  std::cerr << "raw_client[" << FLAGS_mode << "]: FAIL: " << why << std::endl;
+  _exit(1);
+}
+
+std::string ReadToken() {
+  if (FLAGS_auth_token_file.empty()) return "";
+  FILE* f = fopen(FLAGS_auth_token_file.c_str(), "r");
+  if (f == nullptr) Fail("cannot open token file");
+  char buf[2048];
+  size_t n = fread(buf, 1, sizeof(buf), f);
+  fclose(f);
+  std::string t(buf, n);
+  while (!t.empty() && (t.back() == '\n' || t.back() == '\r')) t.pop_back();
+  return t;
+}
+
+int Dial() {
+  absl::StatusOr<proto::HostPort> hp = proto::ParseHostPort(FLAGS_server);
+  if (!hp.ok()) Fail(hp.status().ToString());
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(hp->host.c_str(), std::to_string(hp->port).c_str(), &hints, &res) != 0) {
+    Fail("getaddrinfo");
+  }
+  const int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0 || connect(fd, res->ai_addr, res->ai_addrlen) != 0) {
+    Fail(absl::StrCat("connect ", FLAGS_server, ": ", strerror(errno)));
+  }
+  freeaddrinfo(res);
+  const int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  return fd;
+}
+
+template <typename T>
+T Expect(int fd, const char* what) {
+  for (;;) {
+    absl::StatusOr<proto::ControlMessage> m = proto::ReadControl(fd, Deadline());
+    if (!m.ok()) Fail(absl::StrCat("waiting for ", what, ": ", m.status().ToString()));
+    if (auto* k = std::get_if<proto::Keepalive>(&*m)) {
+      if (!proto::WriteControl(fd, proto::KeepaliveAck{k->nonce}, Deadline()).ok()) {
+        Fail("keepalive ack");
+      }
+      continue;
+    }
+    if (auto* t = std::get_if<T>(&*m)) return *t;
+    if (auto* e = std::get_if<proto::Error>(&*m)) {
+      Fail(absl::StrCat("waiting for ", what, ": got Error ", static_cast<uint32_t>(e->code), ": ",
+                        e->message));
+    }
+    Fail(absl::StrCat("waiting for ", what, ": got ",
+                      proto::MessageTypeName(static_cast<uint16_t>(proto::TypeOf(*m)))));
+  }
+}
+
+void ExpectErrorCode(int fd, proto::ErrorCode code) {
+  for (;;) {
+    absl::StatusOr<proto::ControlMessage> m = proto::ReadControl(fd, Deadline());
+    if (!m.ok()) Fail(absl::StrCat("waiting for Error: ", m.status().ToString()));
+    if (std::holds_alternative<proto::Keepalive>(*m)) continue;
+    auto* e = std::get_if<proto::Error>(&*m);
+    if (e == nullptr) {
+      Fail(absl::StrCat("expected Error, got ",
+                        proto::MessageTypeName(static_cast<uint16_t>(proto::TypeOf(*m)))));
+    }
+    if (e->code != code) {
+      Fail(absl::StrCat("expected Error code ", static_cast<uint32_t>(code), ", got ",
+                        static_cast<uint32_t>(e->code), ": ", e->message));
+    }
+    std::cerr << "raw_client[" << FLAGS_mode << "]: got the expected Error: " << e->message
+              << std::endl;
+    break;
+  }
+  // Then the server closes.
+  absl::StatusOr<proto::ControlMessage> m = proto::ReadControl(fd, Deadline());
+  if (m.ok()) Fail("the server did not close the connection after Error");
+}
+
+// A connected session with one QP.
+struct Session {
+  int fd = -1;
+  proto::Welcome w;
+  storage::Geometry g;
+  std::shared_ptr<rdma::Device> dev;
+  std::shared_ptr<rdma::Pd> pd;
+  std::shared_ptr<rdma::Cq> cq;
+  rdma::HostMemory mem;
+  std::shared_ptr<rdma::Mr> mr;
+  std::unique_ptr<rdma::Qp> qp;
+  uint64_t seq = 1;
+  uint64_t wr = 1;
+  static constexpr uint64_t kRecvOff = 0;
+  static constexpr uint64_t kSendOff = 32768;
+  static constexpr uint64_t kReadOff = 65536;
+
+  ~Session() {
+    qp.reset();
+    if (mr) (void)rdma::SafeDeregister(*mr, rdma::DeadlineIn(std::chrono::seconds(2)));
+    if (fd >= 0) close(fd);
+  }
+};
+
+std::unique_ptr<Session> Open(uint64_t client_id = 0, bool finish = true) {
+  auto s = std::make_unique<Session>();
+  s->fd = Dial();
+  proto::Hello h;
+  h.client_id = client_id;
+  h.auth_token = ReadToken();
+  h.client_name = "raw_client";
+  if (!proto::WriteControl(s->fd, h, Deadline()).ok()) Fail("send Hello");
+  s->w = Expect<proto::Welcome>(s->fd, "Welcome");
+  absl::StatusOr<storage::Geometry> g = storage::Geometry::Decode(s->w.index_geometry);
+  if (!g.ok()) Fail(absl::StrCat("geometry: ", g.status().ToString()));
+  s->g = *g;
+  if (!finish) return s;
+  rdma::DeviceOptions dopt;
+  dopt.name = FLAGS_rdma_device;
+  auto dev = rdma::Device::Open(dopt);
+  if (!dev.ok()) Fail(dev.status().ToString());
+  s->dev = *dev;
+  auto pd = rdma::Pd::Create(s->dev);
+  if (!pd.ok()) Fail(pd.status().ToString());
+  s->pd = *pd;
+  auto cq = rdma::Cq::Create(s->dev, rdma::CqOptions{});
+  if (!cq.ok()) Fail(cq.status().ToString());
+  s->cq = *cq;
+  auto mem = rdma::HostMemory::Allocate(65536 + 65536);
+  if (!mem.ok()) Fail(mem.status().ToString());
+  s->mem = std::move(*mem);
+  auto mr = rdma::Mr::Register(s->pd, s->mem.data(), s->mem.size(), rdma::MrOptions{});
+  if (!mr.ok()) Fail(mr.status().ToString());
+  s->mr = *mr;
+  rdma::QpOptions qo;
+  qo.remote_access = 0;
+  auto qp = rdma::Qp::Create(s->pd, s->cq, s->cq, qo);
+  if (!qp.ok()) Fail(qp.status().ToString());
+  s->qp = std::move(*qp);
+  rdma::PeerInfo peer;
+  peer.qp_num = s->w.server_qp.qpn;
+  peer.psn = s->w.server_qp.psn;
+  std::memcpy(peer.gid, s->w.server_qp.gid.data(), 16);
+  peer.lid = s->w.server_qp.lid;
+  peer.mtu = s->w.server_qp.mtu;
+  peer.port = s->w.server_qp.port;
+  peer.use_grh = s->dev->is_roce() ? 1 : 0;
+  if (absl::Status st = s->qp->Connect(peer); !st.ok()) Fail(st.ToString());
+  rdma::PeerInfo me = s->qp->LocalInfo();
+  proto::ClientQp cq_msg;
+  cq_msg.qp.qpn = me.qp_num;
+  cq_msg.qp.psn = me.psn;
+  std::memcpy(cq_msg.qp.gid.data(), me.gid, 16);
+  cq_msg.qp.lid = me.lid;
+  cq_msg.qp.mtu = me.mtu;
+  cq_msg.qp.port = me.port;
+  if (!proto::WriteControl(s->fd, cq_msg, Deadline()).ok()) Fail("send ClientQp");
+  (void)Expect<proto::Ready>(s->fd, "Ready");
+  return s;
+}
+
+void Goodbye(Session& s) {
+  (void)proto::WriteControl(s.fd, proto::Goodbye{proto::GoodbyeReason::kClientClose, "bye"},
+                            Deadline());
+}
+
+// Answers the node's keepalives without blocking (a real client does this
+// from its event loop; the node cuts a session silent for 3 intervals).
+void Pump(Session& s) {
+  for (;;) {
+    pollfd p{s.fd, POLLIN, 0};
+    if (poll(&p, 1, 0) <= 0) return;
+    auto msg = proto::ReadControl(s.fd, Deadline());
+    if (!msg.ok()) Fail(absl::StrCat("control connection: ", msg.status().ToString()));
+    if (auto* k = std::get_if<proto::Keepalive>(&*msg)) {
+      (void)proto::WriteControl(s.fd, proto::KeepaliveAck{k->nonce}, Deadline());
+    } else if (auto* e = std::get_if<proto::Error>(&*msg)) {
+      Fail(absl::StrCat("node sent Error ", static_cast<uint32_t>(e->code), ": ", e->message));
+    } else if (auto* g = std::get_if<proto::Goodbye>(&*msg)) {
+      Fail(absl::StrCat("node sent Goodbye: ", g->message));
+    } else {
+      Fail(absl::StrCat("unexpected control message ",
+                        proto::MessageTypeName(static_cast<uint16_t>(proto::TypeOf(*msg)))));
+    }
+  }
+}
+
+rdma::Deadline RdmaDeadline() {
+  return rdma::DeadlineIn(std::chrono::milliseconds(static_cast<int64_t>(FLAGS_timeout_s * 1000)));
+}
+
+// Sends raw bytes as one RPC and waits for the response (copied out).
+struct Resp {
+  proto::RpcStatus status;
+  uint64_t sequence;
+  uint64_t version;
+  std::string value;
+};
+Resp RawRpc(Session& s, std::string_view bytes) {
+  Pump(s);
+  const uint64_t rwr = s.wr++;
+  if (absl::Status st = s.qp->PostRecv(
+          rwr, rdma::LocalBuf{s.mr.get(), Session::kRecvOff, proto::kMaxRpcMessageSize});
+      !st.ok()) {
+    Fail(st.ToString());
+  }
+  std::memcpy(s.mem.bytes() + Session::kSendOff, bytes.data(), bytes.size());
+  const uint64_t swr = s.wr++;
+  if (absl::Status st = s.qp->PostSend(
+          swr, rdma::LocalBuf{s.mr.get(), Session::kSendOff, static_cast<uint32_t>(bytes.size())});
+      !st.ok()) {
+    Fail(st.ToString());
+  }
+  auto sc = s.qp->WaitFor(swr, rdma::WrKind::kSend, RdmaDeadline());
+  if (!sc.ok() || !sc->ok())
+    Fail(absl::StrCat("send completion: ",
+                      sc.ok() ? sc->ToStatus().ToString() : sc.status().ToString()));
+  auto rc = s.qp->WaitFor(rwr, rdma::WrKind::kRecv, RdmaDeadline());
+  if (!rc.ok() || !rc->ok())
+    Fail(absl::StrCat("recv completion: ",
+                      rc.ok() ? rc->ToStatus().ToString() : rc.status().ToString()));
+  auto r = proto::DecodeResponse(
+      std::span<const uint8_t>(s.mem.bytes() + Session::kRecvOff, rc->byte_len));
+  if (!r.ok()) Fail(absl::StrCat("response: ", r.status().ToString()));
+  return Resp{r->status, r->sequence, r->version, std::string(r->value)};
+}
+
+Resp Rpc(Session& s, proto::Opcode op, std::string_view key, std::string_view value = {}) {
+  proto::RequestView req{op, s.w.client_id, s.seq++, key, value};
+  std::string bytes;
+  if (absl::Status st = proto::EncodeRequest(req, &bytes); !st.ok()) Fail(st.ToString());
+  Resp r = RawRpc(s, bytes);
+  if (r.sequence != req.sequence) Fail("response sequence mismatch");
+  return r;
+}
+
+// RDMA READ of the arena; returns false on a completion error.
+bool Read(Session& s, uint64_t offset, uint32_t len, std::string* out, uint32_t rkey = 0) {
+  const uint64_t wr = s.wr++;
+  if (absl::Status st = s.qp->PostRead(wr, rdma::LocalBuf{s.mr.get(), Session::kReadOff, len},
+                                       s.w.arena_remote_addr + offset, rkey ? rkey : s.w.rkey);
+      !st.ok()) {
+    Fail(st.ToString());
+  }
+  auto c = s.qp->WaitFor(wr, rdma::WrKind::kRead, RdmaDeadline());
+  if (!c.ok()) Fail(c.status().ToString());
+  if (!c->ok()) return false;
+  out->assign(reinterpret_cast<const char*>(s.mem.bytes() + Session::kReadOff), len);
+  return true;
+}
+
+// GET by RDMA READ only. Returns: 1 found, 0 not found, -1 must ask the server.
+int ReadGet(Session& s, const std::string& key, std::string* value) {
+  for (int attempt = 0; attempt < 16; ++attempt) {
+    storage::ReadStep step = storage::FirstRead(s.g, key);
+    for (int hops = 0; hops < 70; ++hops) {
+      std::string bytes;
+      if (!Read(s, step.offset, step.length, &bytes)) Fail("READ completion error");
+      storage::ReadResult r = storage::Decode(s.g, key, step, bytes);
+      switch (r.outcome) {
+        case storage::ReadResult::Outcome::kFound:
+          value->assign(r.value);
+          return 1;
+        case storage::ReadResult::Outcome::kNotFound:
+          return 0;
+        case storage::ReadResult::Outcome::kSlowPath:
+          return -1;
+        case storage::ReadResult::Outcome::kNext:
+          step = r.next;
+          continue;
+        case storage::ReadResult::Outcome::kRetry:
+          break;
+      }
+      break;
+    }
+  }
+  return -1;
+}
+
+std::string ValueFor(const std::string& key, int version) {
+  std::string v = absl::StrCat(key, "#", version, "#");
+  while (static_cast<int>(v.size()) < FLAGS_value_size)
+    v.push_back(static_cast<char>('a' + v.size() % 26));
+  v.resize(FLAGS_value_size);
+  return v;
+}
+
+void PutGetRound(Session& s, int n, int version) {
+  for (int i = 0; i < n; ++i) {
+    const std::string key = absl::StrCat(FLAGS_key_prefix, i);
+    const std::string val = ValueFor(key, version);
+    Resp p = Rpc(s, proto::Opcode::kPut, key, val);
+    if (p.status != proto::RpcStatus::kOk)
+      Fail(absl::StrCat("PUT ", key, ": status ", static_cast<int>(p.status), " ", p.value));
+    std::string got;
+    const int rr = ReadGet(s, key, &got);
+    if (rr == 1 && got != val) Fail(absl::StrCat("READ of ", key, " returned a wrong value"));
+    if (rr == 0) Fail(absl::StrCat("READ says ", key, " is absent right after its PUT"));
+    if (rr == -1) {
+      Resp g = Rpc(s, proto::Opcode::kGet, key);
+      if (g.status != proto::RpcStatus::kOk || g.value != val) Fail("slow-path GET mismatch");
+    }
+  }
+}
+
+// One admin request; prints the answer. Exit 1 if the socket is not there.
+int Admin() {
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un sun{};
+  sun.sun_family = AF_UNIX;
+  if (FLAGS_admin_socket.size() >= sizeof(sun.sun_path)) return 1;
+  std::memcpy(sun.sun_path, FLAGS_admin_socket.data(), FLAGS_admin_socket.size());
+  if (connect(fd, reinterpret_cast<sockaddr*>(&sun), sizeof(sun)) != 0) return 1;
+  const std::string line = FLAGS_cmd + "\n";
+  if (!proto::WriteAll(fd, proto::AsBytes(line), Deadline()).ok()) return 1;
+  std::string out;
+  char buf[65536];
+  for (;;) {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, static_cast<int>(FLAGS_timeout_s * 1000)) <= 0) return 1;
+    const ssize_t n = read(fd, buf, sizeof(buf));
+    if (n < 0) return 1;
+    if (n == 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  std::cout << out;
+  return out.empty() ? 1 : 0;
+}
+
+int Main() {
+  const std::string& m = FLAGS_mode;
+  if (m == "admin") return Admin();
+  if (m == "put_get") {
+    auto s = Open();
+    PutGetRound(*s, FLAGS_n, 1);
+    int via_read = 0;
+    for (int i = 0; i < FLAGS_n; ++i) {
+      const std::string key = absl::StrCat(FLAGS_key_prefix, i);
+      std::string got;
+      if (ReadGet(*s, key, &got) == 1) ++via_read;
+      Resp g = Rpc(*s, proto::Opcode::kGet, key);
+      if (g.status != proto::RpcStatus::kOk || g.value != ValueFor(key, 1))
+        Fail("RPC GET mismatch");
+    }
+    if (via_read != FLAGS_n)
+      Fail(absl::StrCat("only ", via_read, "/", FLAGS_n, " keys readable by RDMA READ"));
+    // Retried PUT (same sequence) is answered from the dedupe window.
+    const std::string key0 = absl::StrCat(FLAGS_key_prefix, 0);
+    proto::RequestView req{proto::Opcode::kPut, s->w.client_id, s->seq++, key0, "dup"};
+    std::string bytes;
+    (void)proto::EncodeRequest(req, &bytes);
+    Resp a = RawRpc(*s, bytes);
+    Resp b = RawRpc(*s, bytes);
+    if (a.status != proto::RpcStatus::kOk || b.status != a.status || b.version != a.version) {
+      Fail("a retried PUT was not answered from the dedupe window");
+    }
+    Resp d = Rpc(*s, proto::Opcode::kDelete, key0);
+    if (d.status != proto::RpcStatus::kOk) Fail("DELETE");
+    Resp d2 = Rpc(*s, proto::Opcode::kDelete, key0);
+    if (d2.status != proto::RpcStatus::kNotFound) Fail("DELETE of an absent key is not NOT_FOUND");
+    std::string got;
+    if (ReadGet(*s, key0, &got) == 1) Fail("deleted key still readable");
+    Resp g = Rpc(*s, proto::Opcode::kGet, key0);
+    if (g.status != proto::RpcStatus::kNotFound) Fail("GET of a deleted key is not NOT_FOUND");
+    Resp p = Rpc(*s, proto::Opcode::kPing, "", "echo");
+    if (p.status != proto::RpcStatus::kOk || p.value != "echo") Fail("PING");
+    Goodbye(*s);
+    std::cout << "put_get: " << FLAGS_n << " keys written by RPC and read by RDMA READ (rkey "
+              << s->w.rkey << ", client " << s->w.client_id << ")" << std::endl;
+    return 0;
+  }
+  if (m == "steady") {
+    auto s = Open();
+    const absl::Time end = absl::Now() + absl::Seconds(FLAGS_duration_s);
+    int rounds = 0;
+    while (absl::Now() < end) {
+      PutGetRound(*s, FLAGS_n, ++rounds);
+      Pump(*s);
+    }
+    Goodbye(*s);
+    std::cout << "steady: " << rounds << " rounds of " << FLAGS_n << " PUT+READ, no error"
+              << std::endl;
+    return 0;
+  }
+  if (m == "cycles") {
+    for (int i = 0; i < FLAGS_n; ++i) {
+      auto s = Open();
+      PutGetRound(*s, 1, i + 1);
+      Goodbye(*s);
+    }
+    std::cout << "cycles: " << FLAGS_n << " connect/PUT/READ/disconnect cycles" << std::endl;
+    return 0;
+  }
+  if (m == "bad_auth") {
+    const int fd = Dial();
+    proto::Hello h;
+    h.auth_token = "definitely-not-the-token";
+    if (!proto::WriteControl(fd, h, Deadline()).ok()) Fail("send");
+    ExpectErrorCode(fd, proto::ErrorCode::kAuthFailed);
+    return 0;
+  }
+  if (m == "bad_version") {
+    const int fd = Dial();
+    proto::Hello h;
+    h.protocol_version = 7;
+    h.auth_token = ReadToken();
+    std::string frame;
+    if (!proto::EncodeControl(h, &frame, 7).ok()) Fail("encode");
+    if (!proto::WriteAll(fd, proto::AsBytes(frame), Deadline()).ok()) Fail("send");
+    ExpectErrorCode(fd, proto::ErrorCode::kUnsupportedVersion);
+    return 0;
+  }
+  if (m == "garbage") {
+    const int fd = Dial();
+    const std::string junk = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+    if (!proto::WriteAll(fd, proto::AsBytes(junk), Deadline()).ok()) Fail("send");
+    ExpectErrorCode(fd, proto::ErrorCode::kMalformed);
+    return 0;
+  }
+  if (m == "oversize_frame") {
+    const int fd = Dial();
+    std::string frame;
+    (void)proto::EncodeControl(proto::Keepalive{1}, &frame);
+    frame[8] = 0;
+    frame[9] = 0;
+    frame[10] = 0x10;  // payload_size = 1 MiB
+    frame[11] = 0;
+    if (!proto::WriteAll(fd, proto::AsBytes(frame), Deadline()).ok()) Fail("send");
+    ExpectErrorCode(fd, proto::ErrorCode::kMalformed);
+    return 0;
+  }
+  if (m == "truncated") {
+    // Half a Hello, then close: the node must just drop the connection.
+    const int fd = Dial();
+    proto::Hello h;
+    h.auth_token = ReadToken();
+    std::string frame;
+    (void)proto::EncodeControl(h, &frame);
+    if (!proto::WriteAll(fd, proto::AsBytes(std::string_view(frame).substr(0, frame.size() / 2)),
+                         Deadline())
+             .ok()) {
+      Fail("send");
+    }
+    close(fd);
+    // And a frame whose payload is shorter than its own layout says.
+    const int fd2 = Dial();
+    std::string f2;
+    (void)proto::EncodeControl(proto::Keepalive{1}, &f2);
+    f2[8] = 4;  // payload_size 4 but Keepalive needs 8
+    f2.resize(12 + 4);
+    if (!proto::WriteAll(fd2, proto::AsBytes(f2), Deadline()).ok()) Fail("send");
+    ExpectErrorCode(fd2, proto::ErrorCode::kMalformed);
+    return 0;
+  }
+  if (m == "unexpected") {
+    const int fd = Dial();
+    proto::ClientQp q;
+    q.qp.mtu = 3;
+    if (!proto::WriteControl(fd, q, Deadline()).ok()) Fail("send");
+    ExpectErrorCode(fd, proto::ErrorCode::kUnexpectedMessage);
+    return 0;
+  }
+  if (m == "no_handshake") {
+    // Hello, Welcome, then nothing: the node must cut us after its
+    // handshake timeout with Goodbye{kIdleTimeout}.
+    auto s = Open(0, /*finish=*/false);
+    const absl::Time t0 = absl::Now();
+    proto::Goodbye g = Expect<proto::Goodbye>(s->fd, "Goodbye");
+    if (g.reason != proto::GoodbyeReason::kIdleTimeout) Fail("wrong Goodbye reason");
+    std::cout << "no_handshake: cut after " << absl::FormatDuration(absl::Now() - t0) << ": "
+              << g.message << std::endl;
+    return 0;
+  }
+  if (m == "rpc_bad") {
+    auto s = Open();
+    auto expect_rejected = [&](const std::string& bytes, const char* what) {
+      Resp r = RawRpc(*s, bytes);
+      if (r.status != proto::RpcStatus::kRejected) Fail(absl::StrCat(what, ": not REJECTED"));
+      std::cerr << "rpc_bad: " << what << " -> REJECTED: " << r.value << std::endl;
+    };
+    std::string ok;
+    (void)proto::EncodeRequest(
+        proto::RequestView{proto::Opcode::kPut, s->w.client_id, 900, "x", "y"}, &ok);
+    std::string unknown = ok;
+    unknown[1] = 77;  // opcode
+    expect_rejected(unknown, "unknown opcode");
+    std::string oversize = ok;
+    oversize[2] = static_cast<char>(0xff);  // key_len 0x07ff... > 1024
+    oversize[3] = 0x07;
+    expect_rejected(oversize, "oversize key_len");
+    expect_rejected(ok.substr(0, 10), "truncated header");
+    expect_rejected(ok.substr(0, ok.size() - 1), "truncated body");
+    std::string wrong = ok;
+    wrong[8] ^= 0x5a;  // client id
+    expect_rejected(wrong, "wrong client id");
+    Resp p = Rpc(*s, proto::Opcode::kPut, "after-bad", "fine");
+    if (p.status != proto::RpcStatus::kOk) Fail("valid PUT after bad ones");
+    // A SEND longer than the server's receive buffer: its QP goes to ERR and
+    // the node must cut this session (Error on the control channel).
+    std::string huge(proto::kMaxRpcMessageSize + 4096, 'z');
+    std::memcpy(s->mem.bytes() + Session::kSendOff, huge.data(), huge.size());
+    const uint64_t swr = s->wr++;
+    if (!s->qp
+             ->PostSend(swr, rdma::LocalBuf{s->mr.get(), Session::kSendOff,
+                                            static_cast<uint32_t>(huge.size())})
+             .ok()) {
+      Fail("post huge");
+    }
+    (void)s->qp->WaitFor(swr, rdma::WrKind::kSend, RdmaDeadline());
+    ExpectErrorCode(s->fd, proto::ErrorCode::kInternal);
+    return 0;
+  }
+  if (m == "bad_rkey") {
+    auto s = Open();
+    PutGetRound(*s, 1, 1);
+    std::string bytes;
+    if (Read(*s, 0, 64, &bytes, s->w.rkey ^ 0x100)) Fail("READ with a wrong rkey succeeded");
+    ExpectErrorCode(s->fd, proto::ErrorCode::kInternal);
+    return 0;
+  }
+  if (m == "vanish") {
+    auto s = Open();
+    // Post a few PUTs and leave without waiting or saying goodbye.
+    for (int i = 0; i < 4; ++i) {
+      (void)s->qp->PostRecv(
+          s->wr++, rdma::LocalBuf{s->mr.get(), Session::kRecvOff, proto::kMaxRpcMessageSize});
+    }
+    proto::RequestView req{proto::Opcode::kPut, s->w.client_id, s->seq++, "vanish", "x"};
+    std::string b;
+    (void)proto::EncodeRequest(req, &b);
+    std::memcpy(s->mem.bytes() + Session::kSendOff, b.data(), b.size());
+    (void)s->qp->PostSend(
+        s->wr++, rdma::LocalBuf{s->mr.get(), Session::kSendOff, static_cast<uint32_t>(b.size())});
+    _exit(0);
+  }
+  Fail("unknown --mode");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  return Main();
+}

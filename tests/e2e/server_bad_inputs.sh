@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Each bad input of issue 5 gets its error (or a closed session) while a
+# well-behaved client keeps working without a single failure; the node keeps
+# serving, counts every error by kind, and is back at its idle verbs
+# baseline afterwards.
+source "$(dirname "$0")/lib.sh"
+kv_require_device
+
+kv_start_node --handshake_timeout_ms=2000
+base_qp=$(kv_rdma_count qp)
+base_mr=$(kv_rdma_count mr)
+
+kv_raw --mode steady --n 10 --duration_s 40 --key_prefix steady- >"$KV_DIR/steady.out" 2>&1 &
+steady=$!
+kv_wait_for 30 bash -c "grep -q 'session ready' '$KV_LOG'" || kv_fail "steady client did not connect"
+
+for mode in bad_auth bad_version garbage oversize_frame truncated unexpected no_handshake \
+  rpc_bad bad_rkey vanish; do
+  kv_raw --mode "$mode" --timeout_s 20 >"$KV_DIR/$mode.out" 2>&1 ||
+    { cat "$KV_DIR/$mode.out" >&2; kv_fail "$mode: the node did not answer as specified"; }
+  kill -0 "$KV_PID" 2>/dev/null || kv_fail "$mode: the node died"
+  kv_ok "$mode: $(tail -n 1 "$KV_DIR/$mode.out")"
+done
+
+wait "$steady" || { cat "$KV_DIR/steady.out" >&2; kv_fail "the well-behaved client saw a failure"; }
+kv_ok "well-behaved client: $(tail -n 1 "$KV_DIR/steady.out")"
+
+for kind in auth_failed unsupported_version malformed_frame unexpected_message handshake_timeout \
+  rpc_malformed rpc_oversize rpc_unknown_opcode rpc_wrong_client qp_error; do
+  n=$(kv_stat "errors.$kind")
+  [[ $n -ge 1 ]] || kv_fail "errors.$kind = $n, expected >= 1"
+done
+kv_ok "errors counted: $(kv_admin stats | grep -o '"errors":{[^}]*}')"
+
+kv_wait_for 20 kv_qp_count_is "$base_qp" ||
+  kv_fail "QPs not back at the idle baseline ($base_qp): $(kv_rdma_count qp)"
+[[ $(kv_rdma_count mr) -eq $base_mr ]] || kv_fail "MRs not back at baseline ($base_mr): $(kv_rdma_count mr)"
+kv_ok "back at the idle baseline: $base_qp QPs, $base_mr MRs"
+kv_stop_node
+echo "server_bad_inputs: PASS"
