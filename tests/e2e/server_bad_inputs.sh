@@ -6,7 +6,7 @@
 source "$(dirname "$0")/lib.sh"
 kv_require_device
 
-kv_start_node --handshake_timeout_ms=2000
+kv_start_node --handshake_timeout_ms=5000
 base_qp=$(kv_rdma_count qp)
 base_mr=$(kv_rdma_count mr)
 
