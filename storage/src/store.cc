@@ -136,7 +136,10 @@ absl::Status Store::Rebuild() {
   if (!arena.ok()) return arena.status();
   arena_ = std::move(*arena);
   index_ = std::make_unique<IndexWriter>(arena_.get(), options_.reuse_grace_us * 1000);
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), cfs_[0]));
+  rocksdb::ReadOptions ro;
+  ro.fill_cache = false;  // one sequential pass
+  ro.readahead_size = 2 << 20;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, cfs_[0]));
   uint64_t n = 0;
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
     const rocksdb::Slice k = it->key();

@@ -316,7 +316,8 @@ class RatioReporter : public benchmark::ConsoleReporter {
           ratio("BM_StorePut", "BM_RocksDbPut", cpu_),
           ratio("BM_StorePut", "BM_RocksDbPut", real_));
       auto rb = g_ns_per_op.find(std::string("rebuild_per_key ") + tag);
-      if (rb != g_ns_per_op.end()) std::printf("   rebuild %.2f s per 1e6 keys", rb->second);
+      if (rb != g_ns_per_op.end())
+        std::printf("   rebuild %.2f s per 1e6 keys", rb->second / 1000.0);
       std::printf("\n");
     }
   }
