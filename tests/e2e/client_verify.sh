@@ -8,6 +8,15 @@
 # at its acknowledged version or newer.
 source "$(dirname "$0")/lib.sh"
 kv_require_device
+# A number from `kvctl --json stats` by dotted path (arena.keys).
+node_stat() {
+  "$KV_KVCTL" --admin_socket "$KV_ADMIN" --json stats | python3 -c '
+import json, sys
+v = json.load(sys.stdin)
+for k in sys.argv[1].split("."):
+    v = v[k]
+print(v)' "$1"
+}
 dur=${KV_VERIFY_DURATION:-20}
 keys=${KV_VERIFY_KEYS:-5000}
 
@@ -41,7 +50,7 @@ print(f"report: {r['ops']} ops ({r['reads']} reads, {r['writes']} writes) in {r[
 PY
 kv_ok "kvload --verify: zero failed ops, zero verify errors"
 
-clients_gone() { [[ $(kv_stat clients) -eq 0 ]]; }
+clients_gone() { [[ $(node_stat clients) -eq 0 ]]; }
 kv_wait_for 10 clients_gone ||
   kv_fail "clients did not return to 0"
 [[ $(kv_rdma_count qp) -eq $base_qp && $(kv_rdma_count mr) -eq $base_mr ]] ||
@@ -61,7 +70,7 @@ KV_LOG="$dir/kvnode-restart.log"
 KV_PID=$!
 kv_wait_for 60 kv_admin ping || kv_fail "restarted node did not answer ping"
 KV_ADDR=$(kv_admin ping | python3 -c 'import json,sys; print(json.load(sys.stdin)["listen"])')
-rebuilt=$(kv_stat arena.keys)
+rebuilt=$(node_stat arena.keys)
 [[ $rebuilt -ge 1 ]] || kv_fail "restarted node has no keys in its arena"
 kv_log "restarted pid $KV_PID on $KV_ADDR: $rebuilt keys rebuilt from RocksDB"
 rc=0
