@@ -21,7 +21,7 @@ std::vector<std::string> DefaultAdminSocketCandidates() {
   if (const char* x = std::getenv("XDG_RUNTIME_DIR"); x != nullptr && *x != '\0') {
     out.push_back(absl::StrCat(x, "/kvnode/admin.sock"));
   }
-  out.push_back(absl::StrCat("/tmp/kvnode-", getuid(), "/admin.sock"));
+  out.push_back(absl::StrCat("/tmp/kvnode-", geteuid(), "/admin.sock"));
   return out;
 }
 

@@ -146,24 +146,54 @@ absl::Status Client::Impl::Init() {
   if (!mr.ok()) return mr.status();
   slot_mr_ = *std::move(mr);
 
+  for (int side = 0; side < 2; ++side) {
+    absl::StatusOr<rdma::HostMemory> rm =
+        rdma::HostMemory::Allocate(PageRound(size_t{options_.max_outstanding} * kRecvBufSize));
+    if (!rm.ok()) return rm.status();
+    recv_mem_[side] = *std::move(rm);
+    rdma::MrOptions ropt;
+    ropt.access = IBV_ACCESS_LOCAL_WRITE;
+    ropt.label = absl::StrCat("kvclient-recv-", side);
+    absl::StatusOr<std::shared_ptr<rdma::Mr>> rmr =
+        rdma::Mr::Register(pd_, recv_mem_[side].data(), recv_mem_[side].size(), ropt);
+    if (!rmr.ok()) return rmr.status();
+    recv_mr_[side] = *std::move(rmr);
+  }
+
   slots_.resize(options_.max_outstanding);
   for (uint32_t i = options_.max_outstanding; i > 0; --i) free_.push_back(i - 1);
   for (Slot& s : slots_) s.key.reserve(storage::kMaxKeySize);
 
   endpoint_ = options_.server;
   reconnect_backoff_ = options_.reconnect_backoff_min;
-  absl::StatusOr<std::unique_ptr<Session>> s =
-      OpenSession(endpoint_, absl::Now() + options_.connect_timeout);
+  absl::StatusOr<std::unique_ptr<Session>> s = OpenSession(endpoint_);
   if (!s.ok()) return s.status();
   current_ = *std::move(s);
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<Session>> Client::Impl::OpenSession(const std::string& endpoint,
-                                                                   absl::Time deadline) {
+absl::StatusOr<std::unique_ptr<Session>> Client::Impl::OpenSession(const std::string& endpoint) {
   auto s = std::make_unique<Session>();
   s->epoch = next_epoch_++;
   s->endpoint = endpoint;
+  s->side = side_in_use_[0] ? 1 : 0;
+  if (side_in_use_[s->side]) {
+    return absl::InternalError("kvclient: both receive sides in use (two sessions already)");
+  }
+  if (absl::Status st = Handshake(s.get()); !st.ok()) {
+    // Flush the receives posted on a QP that never got connected, so it is
+    // destroyed drained.
+    if (s->qp != nullptr) (void)s->qp->Drain(ToDeadline(absl::Now() + absl::Milliseconds(500)));
+    return st;
+  }
+  side_in_use_[s->side] = true;
+  ++stats_.sessions;
+  return s;
+}
+
+absl::Status Client::Impl::Handshake(Session* s) {
+  const std::string& endpoint = s->endpoint;
+  absl::Time deadline = absl::Now() + options_.connect_timeout;
   absl::StatusOr<Fd> fd = TcpConnect(endpoint, deadline);
   if (!fd.ok()) {
     if (absl::IsDeadlineExceeded(fd.status())) {
@@ -173,6 +203,7 @@ absl::StatusOr<std::unique_ptr<Session>> Client::Impl::OpenSession(const std::st
   }
   s->fd = *std::move(fd);
   const int sock = s->fd.get();
+  deadline = absl::Now() + options_.connect_timeout;
 
   proto::Hello hello;
   hello.client_id = client_id_;
@@ -222,17 +253,8 @@ absl::StatusOr<std::unique_ptr<Session>> Client::Impl::OpenSession(const std::st
   qopt.retry_cnt = options_.qp_retry_cnt;
   qopt.rnr_retry = 6;
   qopt.label = absl::StrCat("kvclient-qp-", s->epoch);
-  absl::StatusOr<rdma::HostMemory> mem =
-      rdma::HostMemory::Allocate(PageRound(size_t{s->recv_buffers} * kRecvBufSize));
-  if (!mem.ok()) return mem.status();
-  s->recv_mem = *std::move(mem);
-  rdma::MrOptions mopt;
-  mopt.access = IBV_ACCESS_LOCAL_WRITE;
-  mopt.label = absl::StrCat("kvclient-recv-", s->epoch);
-  absl::StatusOr<std::shared_ptr<rdma::Mr>> mr =
-      rdma::Mr::Register(pd_, s->recv_mem.data(), s->recv_mem.size(), mopt);
-  if (!mr.ok()) return mr.status();
-  s->recv_mr = *std::move(mr);
+  s->recv_mr = recv_mr_[s->side].get();
+  s->recv_base = static_cast<const uint8_t*>(recv_mem_[s->side].data());
   absl::StatusOr<std::unique_ptr<rdma::Qp>> qp = rdma::Qp::Create(pd_, cq_, cq_, qopt);
   if (!qp.ok()) return qp.status();
   s->qp = *std::move(qp);
@@ -240,7 +262,7 @@ absl::StatusOr<std::unique_ptr<Session>> Client::Impl::OpenSession(const std::st
   for (uint32_t i = 0; i < s->recv_buffers; ++i) {
     absl::Status st =
         s->qp->PostRecv(MakeWrId(s->epoch, true, i),
-                        rdma::LocalBuf{s->recv_mr.get(), uint64_t{i} * kRecvBufSize, kRecvBufSize});
+                        rdma::LocalBuf{s->recv_mr, uint64_t{i} * kRecvBufSize, kRecvBufSize});
     if (!st.ok()) return st;
   }
   if (absl::Status st = s->qp->ToRtr(ToPeerInfo(w->server_qp, device_->is_roce())); !st.ok()) {
@@ -248,6 +270,7 @@ absl::StatusOr<std::unique_ptr<Session>> Client::Impl::OpenSession(const std::st
   }
   if (absl::Status st = s->qp->ToRts(); !st.ok()) return st;
 
+  deadline = absl::Now() + options_.connect_timeout;  // local setup is not the server's time
   if (absl::Status st =
           proto::WriteControl(sock, proto::ClientQp{ToQpInfo(s->qp->LocalInfo())}, deadline);
       !st.ok()) {
@@ -271,11 +294,10 @@ absl::StatusOr<std::unique_ptr<Session>> Client::Impl::OpenSession(const std::st
   client_id_ = w->client_id;
   generation_ = w->server_generation;
   s->last_rx = s->last_tx = absl::Now();
-  ++stats_.sessions;
   VLOG(1) << "kvclient: session " << s->epoch << " to " << endpoint << " as client " << client_id_
           << " generation " << generation_ << " qpn " << s->qp->qp_num() << " -> "
           << w->server_qp.qpn << (s->geometry ? "" : " (no READ fast path)");
-  return s;
+  return absl::OkStatus();
 }
 
 // --- Impl: teardown -----------------------------------------------------------------
@@ -312,7 +334,8 @@ void Client::Impl::DestroySession(std::unique_ptr<Session>& holder, bool say_goo
     bye.message = "client closes";
     (void)proto::WriteControl(s->fd.get(), bye, now + absl::Milliseconds(100));
   }
-  holder.reset();  // QP, receive MR, memory, socket
+  side_in_use_[s->side] = false;
+  holder.reset();  // QP (its receive side is free again), socket
 }
 
 void Client::Impl::OnSessionLost(std::unique_ptr<Session>& holder) {
@@ -344,8 +367,7 @@ void Client::Impl::OnSessionLost(std::unique_ptr<Session>& holder) {
 bool Client::Impl::MaybeReconnect(absl::Time now) {
   if (current_ != nullptr) return true;
   if (!need_reconnect_ || now < next_reconnect_) return false;
-  absl::StatusOr<std::unique_ptr<Session>> s =
-      OpenSession(endpoint_, now + options_.connect_timeout);
+  absl::StatusOr<std::unique_ptr<Session>> s = OpenSession(endpoint_);
   if (!s.ok() && absl::IsNotFound(s.status()) && client_id_ != 0) {
     // The node does not know our id (it restarted without the session
     // table): start as a new client. Writes in flight may then be applied
@@ -353,7 +375,7 @@ bool Client::Impl::MaybeReconnect(absl::Time now) {
     LOG(WARNING) << "kvclient: " << endpoint_ << " does not know client " << client_id_
                  << "; reconnecting as a new client";
     client_id_ = 0;
-    s = OpenSession(endpoint_, absl::Now() + options_.connect_timeout);
+    s = OpenSession(endpoint_);
   }
   if (!s.ok()) {
     last_connect_error_ = s.status();
@@ -383,8 +405,7 @@ void Client::Impl::ProgressMove(absl::Time now) {
   }
   if (!idle && now < s->move_drain_deadline) return;
   if (now < next_reconnect_) return;
-  absl::StatusOr<std::unique_ptr<Session>> next =
-      OpenSession(s->move.endpoint, now + options_.connect_timeout);
+  absl::StatusOr<std::unique_ptr<Session>> next = OpenSession(s->move.endpoint);
   if (!next.ok()) {
     LOG(WARNING) << "kvclient: client " << client_id_ << " cannot move to " << s->move.endpoint
                  << ": " << next.status();
@@ -435,6 +456,7 @@ void Client::Impl::ProgressMove(absl::Time now) {
   (void)proto::WriteControl(o->fd.get(), bye, t + absl::Milliseconds(100));
   VLOG(1) << "kvclient: client " << client_id_ << " moved to " << endpoint_ << " generation "
           << generation_;
+  side_in_use_[o->side] = false;
   old_.reset();
 }
 
@@ -554,6 +576,15 @@ absl::Status Client::Impl::Close(absl::Time deadline) {
     slot_mr_.reset();
   }
   slot_mem_ = rdma::HostMemory();
+  for (int side = 0; side < 2; ++side) {
+    if (recv_mr_[side] != nullptr) {
+      absl::Status st =
+          rdma::SafeDeregister(*recv_mr_[side], ToDeadline(absl::Now() + absl::Seconds(1)));
+      if (result.ok()) result = st;
+      recv_mr_[side].reset();
+    }
+    recv_mem_[side] = rdma::HostMemory();
+  }
   cq_.reset();
   pd_.reset();
   device_.reset();

@@ -77,14 +77,14 @@ struct Session {
   proto::Welcome welcome;
   std::optional<storage::Geometry> geometry;  // nullopt: no READ fast path
 
-  // Declared in creation order so they are released in teardown order:
-  // control socket last-in-first-out does not matter; receive memory before
-  // its MR before the QP (so the QP is destroyed first, then the MR
-  // deregistered, then the memory unmapped).
   Fd fd;
   proto::FrameAssembler assembler;
-  rdma::HostMemory recv_mem;
-  std::shared_ptr<rdma::Mr> recv_mr;
+  // Receive buffers: one of the Client's two pre-registered sides (a Move
+  // needs two sessions at once; registering per session would lengthen the
+  // blackout). Owned by Impl, which outlives every Session.
+  uint32_t side = 0;
+  rdma::Mr* recv_mr = nullptr;
+  const uint8_t* recv_base = nullptr;
   std::unique_ptr<rdma::Qp> qp;
 
   uint32_t recv_buffers = 0;      // posted at connect, reposted after each response
@@ -175,9 +175,11 @@ class Client::Impl {
   friend class Client;
 
   // --- client.cc: sessions -------------------------------------------------
-  // One connection attempt to `endpoint` with client_id_ (0: new id).
-  absl::StatusOr<std::unique_ptr<Session>> OpenSession(const std::string& endpoint,
-                                                       absl::Time deadline);
+  // One connection attempt to `endpoint` with client_id_ (0: new id). Each
+  // wait for the server (TCP connect, Welcome, Ready) is bounded by
+  // options_.connect_timeout; local verbs setup is not.
+  absl::StatusOr<std::unique_ptr<Session>> OpenSession(const std::string& endpoint);
+  absl::Status Handshake(Session* s);
   // Tears a session down: QP to ERR, drain (flushed work requests of slots
   // are accounted and the slots requeued), destroy, close the socket after
   // sending `goodbye` if set.
@@ -231,6 +233,9 @@ class Client::Impl {
   std::shared_ptr<rdma::Cq> cq_;
   rdma::HostMemory slot_mem_;
   std::shared_ptr<rdma::Mr> slot_mr_;
+  rdma::HostMemory recv_mem_[2];
+  std::shared_ptr<rdma::Mr> recv_mr_[2];
+  bool side_in_use_[2] = {false, false};
   std::unique_ptr<Session> old_;      // the session being left by a Move
   std::unique_ptr<Session> current_;  // where new work goes
 

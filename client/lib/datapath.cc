@@ -248,7 +248,7 @@ void Client::Impl::RepostRecv(Session* s, uint32_t i) {
   if (s->broken) return;
   absl::Status st =
       s->qp->PostRecv(MakeWrId(s->epoch, true, i),
-                      rdma::LocalBuf{s->recv_mr.get(), uint64_t{i} * kRecvBufSize, kRecvBufSize});
+                      rdma::LocalBuf{s->recv_mr, uint64_t{i} * kRecvBufSize, kRecvBufSize});
   if (!st.ok()) MarkBroken(s, absl::UnavailableError(absl::StrCat("repost RECV: ", st.message())));
 }
 
@@ -362,7 +362,7 @@ void Client::Impl::OnResponse(Session* ses, uint32_t i, uint32_t byte_len) {
     MarkBroken(ses, absl::UnavailableError("receive completion out of range"));
     return;
   }
-  const uint8_t* msg = static_cast<const uint8_t*>(ses->recv_mem.data()) + size_t{i} * kRecvBufSize;
+  const uint8_t* msg = ses->recv_base + size_t{i} * kRecvBufSize;
   absl::StatusOr<proto::ResponseView> r = proto::DecodeResponse({msg, byte_len});
   if (!r.ok()) {
     LOG(WARNING) << "kvclient: undecodable RPC response (" << byte_len << " bytes): " << r.status();

@@ -62,6 +62,9 @@ DEFINE_string(audit, "", "audit mode: check every write acknowledged in this ack
 DEFINE_string(report, "", "write the JSON report here");
 DEFINE_uint64(seed, 1, "random seed");
 DEFINE_uint32(timeout_ms, 10000, "deadline of each operation");
+DEFINE_uint32(connect_timeout_ms, 800,
+              "bound on each wait for the node while (re)connecting (a dead node is noticed "
+              "within it)");
 DEFINE_bool(progress, true, "print a progress line to stderr every second");
 DEFINE_bool(rpc_get, false, "GET by RPC instead of RDMA READ");
 DEFINE_uint32(spin, 64, "idle polls before a thread blocks on its clients' events");
@@ -333,6 +336,7 @@ ClientOptions MakeClientOptions(const std::string& token, uint32_t depth) {
   o.rdma_device = FLAGS_rdma_device;
   o.max_outstanding = depth;
   o.op_timeout = absl::Milliseconds(FLAGS_timeout_ms);
+  o.connect_timeout = absl::Milliseconds(FLAGS_connect_timeout_ms);
   o.rpc_get_only = FLAGS_rpc_get;
   return o;
 }

@@ -31,7 +31,7 @@ enum class ErrorKind { kOk, kNotFound, kTimeout, kConnectionLost, kRejected, kIn
 ErrorKind ErrorKindOf(const absl::Status& status);
 std::string_view ErrorKindName(ErrorKind kind);  // "ok", "not_found", "timeout", ...
 
-inline bool IsNotFound(const absl::Status& s) { return ErrorKindOf(s) == ErrorKind::kNotFound; }
+inline bool IsKeyNotFound(const absl::Status& s) { return ErrorKindOf(s) == ErrorKind::kNotFound; }
 inline bool IsTimeout(const absl::Status& s) { return ErrorKindOf(s) == ErrorKind::kTimeout; }
 inline bool IsConnectionLost(const absl::Status& s) {
   return ErrorKindOf(s) == ErrorKind::kConnectionLost;

@@ -1,0 +1,234 @@
+// libkvclient pieces that need no device: typed errors, options, the TCP and
+// admin-socket plumbing against in-process peers, token files, wr_id layout.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include "client_impl.h"
+#include "kvnode/client/admin.h"
+#include "kvnode/client/client.h"
+#include "kvnode/client/errors.h"
+
+namespace kvnode::client {
+namespace {
+
+TEST(ErrorKind, MapsStatusCodes) {
+  EXPECT_EQ(ErrorKindOf(absl::OkStatus()), ErrorKind::kOk);
+  EXPECT_TRUE(IsKeyNotFound(absl::NotFoundError("x")));
+  EXPECT_TRUE(IsTimeout(absl::DeadlineExceededError("x")));
+  EXPECT_TRUE(IsConnectionLost(absl::UnavailableError("x")));
+  EXPECT_TRUE(IsRejected(absl::InvalidArgumentError("x")));
+  EXPECT_TRUE(IsRejected(absl::PermissionDeniedError("x")));
+  EXPECT_TRUE(IsRejected(absl::FailedPreconditionError("x")));
+  EXPECT_EQ(ErrorKindOf(absl::InternalError("x")), ErrorKind::kInternal);
+  EXPECT_EQ(ErrorKindName(ErrorKind::kConnectionLost), "connection_lost");
+}
+
+TEST(ServerError, TypedByCode) {
+  proto::Error e;
+  e.code = proto::ErrorCode::kAuthFailed;
+  EXPECT_TRUE(IsRejected(ServerErrorStatus(e, "Hello")));
+  e.code = proto::ErrorCode::kUnsupportedVersion;
+  EXPECT_TRUE(IsRejected(ServerErrorStatus(e, "Hello")));
+  e.code = proto::ErrorCode::kTooManyClients;
+  EXPECT_TRUE(IsRejected(ServerErrorStatus(e, "Hello")));
+  e.code = proto::ErrorCode::kUnknownClient;  // the client retries as a new id
+  EXPECT_TRUE(absl::IsNotFound(ServerErrorStatus(e, "Hello")));
+  e.code = proto::ErrorCode::kInternal;  // retryable
+  EXPECT_TRUE(IsConnectionLost(ServerErrorStatus(e, "Hello")));
+  e.code = static_cast<proto::ErrorCode>(99);  // open enum: generic
+  EXPECT_TRUE(IsConnectionLost(ServerErrorStatus(e, "Hello")));
+}
+
+TEST(ClientOptions, ValidateNamesTheProblem) {
+  ClientOptions o;
+  EXPECT_TRUE(o.Validate().ok());
+  o.max_outstanding = 0;
+  EXPECT_NE(o.Validate().message().find("--depth"), std::string::npos);
+  o = ClientOptions();
+  o.server = "no-port";
+  EXPECT_NE(o.Validate().message().find("--server"), std::string::npos);
+  o = ClientOptions();
+  o.keepalive_timeout = o.keepalive_interval;
+  EXPECT_FALSE(o.Validate().ok());
+  o = ClientOptions();
+  o.qp_retry_cnt = 8;
+  EXPECT_FALSE(o.Validate().ok());
+}
+
+TEST(WrId, RoundTrips) {
+  const uint64_t a = MakeWrId(7, false, 31);
+  EXPECT_EQ(WrEpoch(a), 7u);
+  EXPECT_FALSE(WrIsRecv(a));
+  EXPECT_EQ(WrIndex(a), 31u);
+  const uint64_t b = MakeWrId(0xffffffffu, true, 255);
+  EXPECT_EQ(WrEpoch(b), 0xffffffffu);
+  EXPECT_TRUE(WrIsRecv(b));
+  EXPECT_EQ(WrIndex(b), 255u);
+}
+
+// A TCP listener on 127.0.0.1 with a kernel-chosen port.
+struct Listener {
+  int fd = -1;
+  uint16_t port = 0;
+  Listener() {
+    fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+    EXPECT_EQ(listen(fd, 4), 0);
+    socklen_t len = sizeof(a);
+    getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    port = ntohs(a.sin_port);
+  }
+  ~Listener() { close(fd); }
+};
+
+TEST(TcpConnect, ConnectsAndReportsRefusal) {
+  uint16_t closed_port;
+  {
+    Listener l;
+    absl::StatusOr<Fd> fd =
+        TcpConnect(absl::StrCat("127.0.0.1:", l.port), absl::Now() + absl::Seconds(5));
+    ASSERT_TRUE(fd.ok()) << fd.status();
+    EXPECT_GE(fd->get(), 0);
+    closed_port = l.port;
+  }
+  // Nobody listens there any more: refused, typed as connection lost.
+  absl::StatusOr<Fd> fd =
+      TcpConnect(absl::StrCat("127.0.0.1:", closed_port), absl::Now() + absl::Seconds(5));
+  ASSERT_FALSE(fd.ok());
+  EXPECT_TRUE(IsConnectionLost(fd.status())) << fd.status();
+  EXPECT_FALSE(TcpConnect("nonsense", absl::Now() + absl::Seconds(1)).ok());
+}
+
+// A Unix-socket peer that reads one line and answers with `answer` (or
+// nothing, or stays silent until told to stop).
+class FakeAdmin {
+ public:
+  enum class Mode { kAnswer, kCloseSilently, kHang };
+  FakeAdmin(Mode mode, std::string answer) : mode_(mode), answer_(std::move(answer)) {
+    dir_ = ::testing::TempDir() + "/kvctl-test-XXXXXX";
+    EXPECT_NE(mkdtemp(dir_.data()), nullptr);
+    path_ = dir_ + "/admin.sock";
+    fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::snprintf(a.sun_path, sizeof(a.sun_path), "%s", path_.c_str());
+    EXPECT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+    EXPECT_EQ(listen(fd_, 1), 0);
+    thread_ = std::thread([this] { Serve(); });
+  }
+  ~FakeAdmin() {
+    shutdown(fd_, SHUT_RDWR);
+    if (conn_ >= 0) shutdown(conn_, SHUT_RDWR);
+    thread_.join();
+    close(fd_);
+    unlink(path_.c_str());
+    rmdir(dir_.c_str());
+  }
+  const std::string& path() const { return path_; }
+  std::string request() {
+    std::lock_guard<std::mutex> l(mu_);
+    return request_;
+  }
+
+ private:
+  void Serve() {
+    int c = accept(fd_, nullptr, nullptr);
+    if (c < 0) return;
+    conn_ = c;
+    std::string line;
+    char ch;
+    while (read(c, &ch, 1) == 1 && ch != '\n') line.push_back(ch);
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      request_ = line;
+    }
+    if (mode_ == Mode::kAnswer) {
+      std::string out = answer_ + "\n";
+      (void)!write(c, out.data(), out.size());
+    } else if (mode_ == Mode::kHang) {
+      while (read(c, &ch, 1) > 0) {
+      }
+    }
+    close(c);
+  }
+
+  Mode mode_;
+  std::string answer_;
+  std::string dir_, path_;
+  int fd_ = -1;
+  int conn_ = -1;
+  std::thread thread_;
+  std::mutex mu_;
+  std::string request_;
+};
+
+TEST(AdminRequest, SendsOneLineAndReadsTheAnswer) {
+  FakeAdmin peer(FakeAdmin::Mode::kAnswer, R"({"ok":true,"pid":42})");
+  absl::StatusOr<std::string> a =
+      AdminRequest(peer.path(), "upgrade /opt/kvnode", absl::Now() + absl::Seconds(10));
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(*a, R"({"ok":true,"pid":42})");
+  EXPECT_EQ(peer.request(), "upgrade /opt/kvnode");
+}
+
+TEST(AdminRequest, NoAnswerIsAnError) {
+  FakeAdmin peer(FakeAdmin::Mode::kCloseSilently, "");
+  absl::StatusOr<std::string> a =
+      AdminRequest(peer.path(), "stats", absl::Now() + absl::Seconds(10));
+  ASSERT_FALSE(a.ok());
+  EXPECT_TRUE(IsConnectionLost(a.status())) << a.status();
+}
+
+TEST(AdminRequest, SilentPeerHitsTheDeadline) {
+  FakeAdmin peer(FakeAdmin::Mode::kHang, "");
+  absl::StatusOr<std::string> a =
+      AdminRequest(peer.path(), "stats", absl::Now() + absl::Milliseconds(100));
+  ASSERT_FALSE(a.ok());
+  EXPECT_TRUE(IsTimeout(a.status())) << a.status();
+}
+
+TEST(AdminRequest, NobodyListening) {
+  absl::StatusOr<std::string> a = AdminRequest(::testing::TempDir() + "/no-such-admin.sock", "ping",
+                                               absl::Now() + absl::Seconds(1));
+  ASSERT_FALSE(a.ok());
+  EXPECT_TRUE(IsConnectionLost(a.status())) << a.status();
+}
+
+TEST(AuthToken, ReadLikeTheNodeAndRefuseLooseModes) {
+  const std::string path = ::testing::TempDir() + "/kvclient-token-test";
+  { std::ofstream(path) << "s3cret\n"; }
+  chmod(path.c_str(), 0600);
+  absl::StatusOr<std::string> t = ReadAuthTokenFile(path);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(*t, "s3cret");
+  chmod(path.c_str(), 0644);
+  EXPECT_TRUE(absl::IsPermissionDenied(ReadAuthTokenFile(path).status()));
+  { std::ofstream(path, std::ios::trunc) << "\n"; }
+  chmod(path.c_str(), 0600);
+  EXPECT_FALSE(ReadAuthTokenFile(path).ok());
+  unlink(path.c_str());
+  EXPECT_FALSE(ReadAuthTokenFile(path).ok());
+}
+
+TEST(AdminPath, CandidatesInTheNodesOrder) {
+  std::vector<std::string> c = DefaultAdminSocketCandidates();
+  ASSERT_GE(c.size(), 2u);
+  EXPECT_EQ(c.front(), "/run/kvnode/admin.sock");
+  EXPECT_EQ(c.back(), absl::StrCat("/tmp/kvnode-", geteuid(), "/admin.sock"));
+}
+
+}  // namespace
+}  // namespace kvnode::client
