@@ -60,7 +60,7 @@ kv_admin() { "$KV_RAW_CLIENT" --mode admin --admin_socket "$KV_ADMIN" --cmd "$*"
 # kv_stat KEY -> the number of a flat key of `stats`, or of an error kind
 # (errors.KIND). Names are unique in the answer, so a grep suffices.
 kv_stat() {
-  local key=${1#errors.}
+  local key=${1##*.}  # last component: names are unique in the answer
   kv_admin stats | grep -o "\"$key\":[0-9.]*" | head -n 1 | cut -d: -f2
 }
 

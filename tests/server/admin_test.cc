@@ -1,0 +1,159 @@
+#include "kvnode/server/admin.h"
+
+#include <gtest/gtest.h>
+#include <infiniband/verbs.h>
+
+#include <nlohmann/json.hpp>
+
+namespace kvnode::server {
+namespace {
+
+using nlohmann::json;
+
+TEST(AdminParse, KnownCommands) {
+  EXPECT_EQ(ParseAdminRequest("ping\n")->command, AdminCommand::kPing);
+  EXPECT_EQ(ParseAdminRequest("stats")->command, AdminCommand::kStats);
+  EXPECT_EQ(ParseAdminRequest("metrics\r\n")->command, AdminCommand::kMetrics);
+  EXPECT_EQ(ParseAdminRequest("  mrs  ")->command, AdminCommand::kMrs);
+  EXPECT_EQ(ParseAdminRequest("clients")->command, AdminCommand::kClients);
+  EXPECT_EQ(ParseAdminRequest("drain")->command, AdminCommand::kDrain);
+  absl::StatusOr<AdminRequest> up = ParseAdminRequest("upgrade /usr/bin/kvnode\n");
+  ASSERT_TRUE(up.ok());
+  EXPECT_EQ(up->command, AdminCommand::kUpgrade);
+  ASSERT_EQ(up->args.size(), 1u);
+  EXPECT_EQ(up->args[0], "/usr/bin/kvnode");
+  EXPECT_TRUE(ParseAdminRequest("upgrade")->args.empty());
+}
+
+TEST(AdminParse, RejectsBadRequests) {
+  EXPECT_FALSE(ParseAdminRequest("").ok());
+  EXPECT_FALSE(ParseAdminRequest("\n").ok());
+  EXPECT_FALSE(ParseAdminRequest("   ").ok());
+  EXPECT_FALSE(ParseAdminRequest("reboot").ok());
+  EXPECT_FALSE(ParseAdminRequest("STATS").ok());
+  EXPECT_FALSE(ParseAdminRequest("stats now").ok());
+  EXPECT_FALSE(ParseAdminRequest("upgrade a b").ok());
+  EXPECT_FALSE(ParseAdminRequest(std::string("sta\0ts", 6)).ok());
+  EXPECT_FALSE(ParseAdminRequest("stats\x01").ok());
+  EXPECT_FALSE(ParseAdminRequest(std::string(kMaxAdminLine + 1, 'a')).ok());
+}
+
+StatsView SampleStats() {
+  StatsView v;
+  v.uptime_s = 12.5;
+  v.pid = 4242;
+  v.generation = 3;
+  v.build_id = "test\"build";
+  v.clients = 2;
+  v.qps = 2;
+  v.mrs = 2;
+  v.mws = 2;
+  v.pinned_bytes = 1 << 20;
+  v.counters.counters[static_cast<size_t>(Counter::kOpsPut)] = 10;
+  v.counters.counters[static_cast<size_t>(Counter::kUpgrades)] = 1;
+  v.counters.errors[static_cast<size_t>(ErrorKind::kAuthFailed)] = 4;
+  v.arena = {64 << 20, 1000, 7, 6, 1};
+  return v;
+}
+
+TEST(AdminRender, StatsHasTheContractKeys) {
+  const std::string line = StatsAnswer(SampleStats());
+  ASSERT_EQ(line.back(), '\n');
+  ASSERT_EQ(line.find('\n'), line.size() - 1) << "one line";
+  json j = json::parse(line);
+  EXPECT_EQ(j["ok"], true);
+  for (const char* k :
+       {"uptime_s", "pid",      "generation",   "build_id",    "clients", "qps",
+        "mrs",      "mws",      "pinned_bytes", "ops_get_rpc", "ops_put", "ops_delete",
+        "ops_ping", "bytes_in", "bytes_out",    "errors",      "arena",   "upgrade_in_progress",
+        "upgrades", "rollbacks"}) {
+    EXPECT_TRUE(j.contains(k)) << k;
+  }
+  for (const char* k : {"size", "used", "keys", "resident_keys", "evictions"}) {
+    EXPECT_TRUE(j["arena"].contains(k)) << k;
+  }
+  EXPECT_EQ(j["ops_put"], 10);
+  EXPECT_EQ(j["errors"]["auth_failed"], 4);
+  EXPECT_EQ(j["build_id"], "test\"build");
+  EXPECT_EQ(j["generation"], 3);
+  EXPECT_EQ(j["upgrades"], 1);
+  EXPECT_EQ(j["arena"]["keys"], 7);
+}
+
+TEST(AdminRender, ErrorAndPing) {
+  json e = json::parse(AdminErrorAnswer("not implemented yet"));
+  EXPECT_EQ(e["ok"], false);
+  EXPECT_EQ(e["error"], "not implemented yet");
+  json p = json::parse(AdminPingAnswer(5, 99, "127.0.0.1:7000"));
+  EXPECT_EQ(p["ok"], true);
+  EXPECT_EQ(p["generation"], 5);
+  EXPECT_EQ(p["listen"], "127.0.0.1:7000");
+}
+
+TEST(AdminRender, InvalidUtf8DoesNotThrow) {
+  ClientRow r;
+  r.peer = std::string("\xff\xfe", 2);
+  EXPECT_NO_THROW(json::parse(ClientsAnswer({r})));
+}
+
+TEST(AdminRender, ClientsAndMrs) {
+  ClientRow c{42, "127.0.0.1:5555", 17, 0x1234, "ready", 100, 1.5};
+  json j = json::parse(ClientsAnswer({c}));
+  ASSERT_EQ(j["clients"].size(), 1u);
+  EXPECT_EQ(j["clients"][0]["client_id"], 42);
+  EXPECT_EQ(j["clients"][0]["qpn"], 17);
+  EXPECT_EQ(j["clients"][0]["state"], "ready");
+  MrRow mr{"mr", "arena", 1, 2, 0, 4096, "MW_BIND", std::nullopt};
+  MrRow mw{"mw", "window", 0, 3, 0, 4096, "REMOTE_READ", 42};
+  json m = json::parse(MrsAnswer({mr, mw}, 8192));
+  ASSERT_EQ(m["mrs"].size(), 2u);
+  EXPECT_EQ(m["mrs"][0]["lkey"], 1);
+  EXPECT_FALSE(m["mrs"][0].contains("client_id"));
+  EXPECT_EQ(m["mrs"][1]["client_id"], 42);
+  EXPECT_FALSE(m["mrs"][1].contains("lkey"));
+  EXPECT_EQ(m["pinned_bytes"], 8192);
+}
+
+TEST(AdminRender, AccessFlags) {
+  EXPECT_EQ(AccessFlagsString(0), "NONE");
+  EXPECT_EQ(AccessFlagsString(IBV_ACCESS_LOCAL_WRITE), "LOCAL_WRITE");
+  EXPECT_EQ(AccessFlagsString(IBV_ACCESS_REMOTE_READ | IBV_ACCESS_MW_BIND), "REMOTE_READ|MW_BIND");
+}
+
+TEST(AdminRender, PrometheusExposition) {
+  const std::string text = RenderPrometheus(SampleStats());
+  EXPECT_NE(text.find("# TYPE kvnode_ops_total counter\n"), std::string::npos);
+  EXPECT_NE(text.find("kvnode_ops_total{op=\"put\"} 10\n"), std::string::npos);
+  EXPECT_NE(text.find("kvnode_errors_total{kind=\"auth_failed\"} 4\n"), std::string::npos);
+  EXPECT_NE(text.find("kvnode_upgrade_generation 3\n"), std::string::npos);
+  EXPECT_NE(text.find("kvnode_arena_keys 7\n"), std::string::npos);
+  // Every non-comment line is "name[{labels}] value".
+  size_t pos = 0;
+  while (pos < text.size()) {
+    const size_t nl = text.find('\n', pos);
+    ASSERT_NE(nl, std::string::npos) << "ends with a newline";
+    const std::string line = text.substr(pos, nl - pos);
+    pos = nl + 1;
+    if (line.rfind("# ", 0) == 0) continue;
+    EXPECT_EQ(line.rfind("kvnode_", 0), 0u) << line;
+    EXPECT_EQ(std::count(line.begin(), line.end(), ' '), 1) << line;
+  }
+}
+
+TEST(Metrics, ExportImportIsMonotonicAcrossProcesses) {
+  Metrics old_process;
+  old_process.Add(Counter::kOpsPut, 5);
+  old_process.Error(ErrorKind::kQpError);
+  Metrics next;
+  next.Add(Counter::kOpsPut, 1);
+  auto exported = old_process.Export();
+  exported.emplace_back("ops_from_the_future", 9);
+  EXPECT_EQ(next.Import(exported), 1u);  // one unknown name, ignored
+  const CounterSnapshot s = next.Snapshot();
+  EXPECT_EQ(s.of(Counter::kOpsPut), 6u);
+  EXPECT_EQ(s.of(ErrorKind::kQpError), 1u);
+  EXPECT_EQ(s.total_errors(), 1u);
+}
+
+}  // namespace
+}  // namespace kvnode::server
