@@ -10,9 +10,17 @@ kv_start_node --handshake_timeout_ms=5000
 base_qp=$(kv_rdma_count qp)
 base_mr=$(kv_rdma_count mr)
 
-kv_raw --mode steady --n 10 --duration_s 40 --key_prefix steady- >"$KV_DIR/steady.out" 2>&1 &
+# The well-behaved clients: kvload --verify (when built) and a raw client.
+load=""
+if [[ -x $KV_KVLOAD ]]; then
+  "$KV_KVLOAD" --server "$KV_ADDR" --auth_token_file "$KV_TOKEN" --workload A --clients 2 \
+    --threads 1 --depth 4 --keys 2000 --value_size 64 --preload --duration 60 --verify \
+    --report "$KV_DIR/load.json" >"$KV_DIR/load.out" 2>&1 &
+  load=$!
+fi
+kv_raw --mode steady --n 10 --duration_s 60 --key_prefix steady- >"$KV_DIR/steady.out" 2>&1 &
 steady=$!
-kv_wait_for 30 bash -c "grep -q 'session ready' '$KV_LOG'" || kv_fail "steady client did not connect"
+kv_wait_for 60 kv_stat_at_least clients 1 || kv_fail "well-behaved clients did not connect"
 
 for mode in bad_auth bad_version garbage oversize_frame truncated unexpected no_handshake \
   rpc_bad bad_rkey vanish; do
@@ -23,7 +31,11 @@ for mode in bad_auth bad_version garbage oversize_frame truncated unexpected no_
 done
 
 wait "$steady" || { cat "$KV_DIR/steady.out" >&2; kv_fail "the well-behaved client saw a failure"; }
-kv_ok "well-behaved client: $(tail -n 1 "$KV_DIR/steady.out")"
+kv_ok "well-behaved raw client: $(tail -n 1 "$KV_DIR/steady.out")"
+if [[ -n $load ]]; then
+  wait "$load" || { tail -n 20 "$KV_DIR/load.out" >&2; kv_fail "kvload --verify saw failures"; }
+  kv_ok "kvload --verify: $(grep -E '^failed' "$KV_DIR/load.out")"
+fi
 
 for kind in auth_failed unsupported_version malformed_frame unexpected_message handshake_timeout \
   rpc_malformed rpc_oversize rpc_unknown_opcode rpc_wrong_client qp_error; do
