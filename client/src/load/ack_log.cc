@@ -240,7 +240,10 @@ AuditReport Audit(const std::vector<AckRecord>& records, const AuditReadFn& read
     if (!inserted && r.version > it->second->version) it->second = &r;
   }
   report.keys = expected.size();
-  for (const auto& [key, want] : expected) {
+  for (const auto& entry : expected) {
+    // Not a structured binding: clang before 16 cannot capture one in a lambda.
+    const std::string& key = entry.first;
+    const AckRecord* want = entry.second;
     auto problem = [&](uint64_t& counter, std::string text) {
       ++counter;
       if (report.issues.size() < max_issues) {
