@@ -14,6 +14,7 @@ PACKAGES=(
   libxxhash-dev nlohmann-json3-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
+  clang libclang-rt-14-dev # fuzzing: deploy/fuzz.sh, tests/fuzz (libFuzzer, ASan, UBSan)
   # the VM test bed (the kernel package is only downloaded and extracted)
   qemu-system-x86 busybox-static cpio kmod
 )

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets of tests/fuzz/ with clang into build-fuzz/ and
+# runs each, one after the other, for a bounded time on a scratch copy of its
+# committed seed corpus (the committed corpus is never modified). Fails on any
+# crash, sanitizer report, leak or timeout, printing the reproducer's path.
+# Prints per target: executions, exec/s, coverage (cov: of libFuzzer's last
+# line) and the result.
+#
+#   deploy/fuzz.sh                       every target, 20 s each (the CI run)
+#   deploy/fuzz.sh --seconds 180         longer
+#   deploy/fuzz.sh --runs 10000000       stop after N executions (or the time)
+#   deploy/fuzz.sh --only read_path      one target (repeatable)
+#   KVNODE_FUZZ_BUILD=DIR                build dir (default build-fuzz)
+#   KVNODE_FUZZ_JOBS=N                   make -j (default 2)
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+seconds=20
+runs=""
+only=()
+while (($#)); do
+  case $1 in
+    --seconds) seconds=$2; shift 2 ;;
+    --runs) runs=$2; shift 2 ;;
+    --only) only+=("$2"); shift 2 ;;
+    -h | --help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "fuzz.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+
+build=${KVNODE_FUZZ_BUILD:-build-fuzz}
+targets=(control rpc handoff handoff_header geometry object read_path ack_log)
+((${#only[@]})) && targets=("${only[@]}")
+
+for t in "${targets[@]}"; do
+  [[ -d tests/fuzz/corpus/$t ]] || { echo "fuzz.sh: no target $t" >&2; exit 2; }
+done
+command -v clang++ >/dev/null || { echo "fuzz.sh: clang++ missing (deploy/install-deps.sh)" >&2; exit 1; }
+
+echo "== configure and build ($build, clang, -fsanitize=fuzzer,address,undefined)"
+mkdir -p "$build"
+CC=clang CXX=clang++ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVNODE_FUZZ=ON \
+  >"$build/configure.log" || { cat "$build/configure.log"; exit 1; }
+make -C "$build" -j "${KVNODE_FUZZ_JOBS:-2}" --no-print-directory \
+  $(printf 'fuzz_%s ' "${targets[@]}") >"$build/fuzz-build.log" 2>&1 ||
+  { tail -40 "$build/fuzz-build.log"; exit 1; }
+
+out="$build/fuzz-runs"
+mkdir -p "$out"
+failed=()
+printf '%-16s %12s %10s %8s  %s\n' target executions exec/s cov result
+for t in "${targets[@]}"; do
+  work=$(mktemp -d "${TMPDIR:-/tmp}/kvnode-fuzz-$t.XXXXXX")
+  cp tests/fuzz/corpus/"$t"/* "$work"/
+  mkdir -p "$out/$t"
+  rm -f "$out/$t"/crash-* "$out/$t"/leak-* "$out/$t"/timeout-* "$out/$t"/oom-*
+  args=(-max_total_time="$seconds" -timeout=10 -print_final_stats=1
+        -artifact_prefix="$out/$t/")
+  [[ -n $runs ]] && args+=(-runs="$runs")
+  rc=0
+  "$build/tests/fuzz/fuzz_$t" "${args[@]}" "$work" >"$out/$t/log" 2>&1 || rc=$?
+  rm -rf "$work"
+  execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$out/$t/log" | tail -1)
+  rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$out/$t/log" | tail -1)
+  cov=$(grep -E '^#[0-9]+' "$out/$t/log" | tail -1 | sed -n 's/.*cov: \([0-9]*\).*/\1/p')
+  artifacts=$(ls "$out/$t"/ | grep -E '^(crash|leak|timeout|oom)-' || true)
+  if ((rc != 0)) || [[ -n $artifacts ]]; then
+    result="FAILED (exit $rc) $out/$t/log ${artifacts:+$out/$t/$artifacts}"
+    failed+=("$t")
+  else
+    result=ok
+  fi
+  printf '%-16s %12s %10s %8s  %s\n' "$t" "${execs:-?}" "${rate:-?}" "${cov:-?}" "$result"
+done
+
+if ((${#failed[@]})); then
+  for t in "${failed[@]}"; do
+    echo "== $t: last lines of $out/$t/log"
+    grep -v '^#[0-9]' "$out/$t/log" | tail -30
+  done
+  echo "fuzz.sh: FAILED: ${failed[*]}"
+  exit 1
+fi
+echo "fuzz.sh: all ${#targets[@]} targets ran without a crash"
