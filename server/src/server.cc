@@ -48,6 +48,7 @@ constexpr uint64_t kTagListen = 1;
 constexpr uint64_t kTagAdminListen = 2;
 constexpr uint64_t kTagSignal = 3;
 constexpr uint64_t kTagTasks = 4;
+constexpr uint64_t kTagDeviceEvents = 5;
 constexpr uint64_t kFirstConnId = 16;
 constexpr uint64_t kAdminBit = uint64_t{1} << 63;
 // A client that does not read its control connection gets cut once this
@@ -342,7 +343,8 @@ absl::Status ServerImpl::Init(InheritedSockets inherited) {
   };
   for (auto [fd, tag] :
        {std::pair{listen_fd_, kTagListen}, std::pair{admin_fd_, kTagAdminListen},
-        std::pair{signal_fd_, kTagSignal}, std::pair{control_tasks_->fd(), kTagTasks}}) {
+        std::pair{signal_fd_, kTagSignal}, std::pair{control_tasks_->fd(), kTagTasks},
+        std::pair{device_->context()->async_fd, kTagDeviceEvents}}) {
     if (absl::Status s = add(fd, tag); !s.ok()) return s;
   }
 
@@ -379,6 +381,15 @@ absl::Status ServerImpl::Run() {
         OnSignal();
       } else if (tag == kTagTasks) {
         control_tasks_->RunAll();
+      } else if (tag == kTagDeviceEvents) {
+        // Logged for the record; a client QP in error is reaped from its
+        // completions by the data plane, not from here.
+        while (std::optional<rdma::Device::AsyncEvent> ae = device_->PollAsyncEvent()) {
+          if (ae->type == IBV_EVENT_COMM_EST) continue;
+          LOG(WARNING) << "device " << device_->name() << ": async event "
+                       << ibv_event_type_str(ae->type)
+                       << (ae->qp_num != 0 ? absl::StrCat(" on QP ", ae->qp_num) : "");
+        }
       } else if ((tag & kAdminBit) != 0) {
         auto it = admins_.find(tag);
         if (it == admins_.end()) continue;

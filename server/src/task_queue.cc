@@ -20,7 +20,7 @@ TaskQueue::~TaskQueue() { close(fd_); }
 
 void TaskQueue::Post(std::function<void()> task) {
   {
-    absl::MutexLock l(&mu_);
+    AnnotatedLock l(&mu_);
     tasks_.push_back(std::move(task));
     pending_.fetch_add(1, std::memory_order_release);
   }
@@ -36,7 +36,7 @@ size_t TaskQueue::RunAll() {
   }
   std::deque<std::function<void()>> batch;
   {
-    absl::MutexLock l(&mu_);
+    AnnotatedLock l(&mu_);
     batch.swap(tasks_);
     pending_.fetch_sub(batch.size(), std::memory_order_release);
   }
