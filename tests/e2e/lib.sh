@@ -79,7 +79,7 @@ kv_start_node() {
   (umask 077 && head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$KV_TOKEN")
   "$KV_NODE_BIN" --listen 127.0.0.1:0 --db_path "$KV_DIR/db" --shm_name "$KV_SHM" \
     --admin_socket "$KV_ADMIN" --auth_token_file "$KV_TOKEN" --pid_file "$KV_DIR/pid" \
-    --arena_size $((64 << 20)) --sync_writes=false --max_clients 16 "$@" >"$KV_LOG" 2>&1 &
+    --arena_size $((32 << 20)) --sync_writes=false --max_clients 16 "$@" >"$KV_LOG" 2>&1 &
   KV_PID=$!
   if ! kv_wait_for 60 kv_admin ping; then
     kv_fail "node did not answer ping within 60 s"

@@ -40,7 +40,7 @@ prev_dir=$KV_DIR prev_shm=$KV_SHM
 KV_DIR=$prev_dir
 "$KV_NODE_BIN" --listen 127.0.0.1:0 --db_path "$prev_dir/db" --shm_name "$prev_shm" \
   --admin_socket "$prev_dir/admin/admin.sock" --auth_token_file "$prev_dir/token" \
-  --arena_size $((64 << 20)) --sync_writes=false >"$prev_dir/kvnode2.log" 2>&1 &
+  --arena_size $((32 << 20)) --sync_writes=false >"$prev_dir/kvnode2.log" 2>&1 &
 KV_PID=$! KV_ADMIN="$prev_dir/admin/admin.sock" KV_LOG="$prev_dir/kvnode2.log" KV_SHM=$prev_shm
 kv_wait_for 60 kv_admin ping || kv_fail "restart did not come up"
 grep -q "reattached" "$KV_LOG" || kv_fail "kept arena was not re-attached: $(grep 'store ' "$KV_LOG")"
