@@ -15,6 +15,7 @@ PACKAGES=(
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev # fuzzing: deploy/fuzz.sh, tests/fuzz (libFuzzer, ASan, UBSan)
+  redis-server redis-tools gnuplot-nox # deploy/bench-all.sh: Redis on loopback TCP, the plots
   # the VM test bed (the kernel package is only downloaded and extracted)
   qemu-system-x86 busybox-static cpio kmod
 )
