@@ -153,6 +153,11 @@ std::string StatsAnswer(const StatsView& v) {
       {"upgrades", c.of(Counter::kUpgrades)},
       {"rollbacks", c.of(Counter::kRollbacks)},
   };
+  json extra = json::object();
+  for (const ExtraStat& e : v.extra) {
+    extra[e.labels.empty() ? e.name : absl::StrCat(e.name, "{", e.labels, "}")] = e.value;
+  }
+  j["upgrade"] = extra;
   return Line(j);
 }
 
@@ -229,6 +234,16 @@ std::string RenderPrometheus(const StatsView& v) {
   metric("arena_keys", "gauge", "Keys in the store.", v.arena.keys);
   metric("arena_resident_keys", "gauge", "Keys readable from the arena.", v.arena.resident_keys);
   metric("arena_evictions_total", "counter", "Keys evicted from the arena.", v.arena.evictions);
+  std::string last_name;
+  for (const ExtraStat& e : v.extra) {
+    if (e.name != last_name) {
+      absl::StrAppend(&out, "# HELP kvnode_", e.name, " ", e.help, "\n# TYPE kvnode_", e.name, " ",
+                      e.type, "\n");
+      last_name = e.name;
+    }
+    absl::StrAppend(&out, "kvnode_", e.name,
+                    e.labels.empty() ? "" : absl::StrCat("{", e.labels, "}"), " ", e.value, "\n");
+  }
   return out;
 }
 

@@ -7,9 +7,16 @@
 #include <climits>
 #include <cstdlib>
 #include <iostream>
+#include <string>
+#include <vector>
 
 #include "absl/time/time.h"
 #include "kvnode/server/server.h"
+#include "kvnode/upgrade/fault.h"
+#include "kvnode/upgrade/header.h"
+#include "kvnode/upgrade/node.h"
+#include "kvnode/upgrade/process.h"
+#include "kvnode/upgrade/sd_notify.h"
 
 DEFINE_string(listen, "127.0.0.1:7000",
               "TCP address of the control listener, host:port or [v6]:port (port 0 = any free "
@@ -54,12 +61,33 @@ DEFINE_string(admin_socket, "",
 DEFINE_string(log_level, "info", "least severity logged: info, warning, error");
 DEFINE_uint64(generation, 1, "upgrade generation of this process (set by the upgrade module)");
 DEFINE_string(build_id, "", "build identification shown in stats (default: version)");
+DEFINE_string(upgrade_binary, "",
+              "binary a live upgrade (SIGUSR2, kvctl upgrade) execs (default: the path this "
+              "process was started from, resolved at start)");
+DEFINE_string(upgrade_handoff, "",
+              "internal: FD:PID of the handoff channel, given by the old process to the new one");
+DEFINE_string(upgrade_fault, "",
+              "tests: PHASE:ACTION[,...] fault injection in live upgrades (ACTION = crash | hang "
+              "| fail; phases in docs/upgrade.md)");
+DEFINE_string(upgrade_test_incompatible, "",
+              "tests: make this binary incompatible for a handoff: layout | protocol | struct | "
+              "capability");
+DEFINE_int64(upgrade_move_deadline_ms, 5000,
+             "live upgrade: a client that has not acknowledged Move by then is cut");
+DEFINE_int64(upgrade_ready_deadline_ms, 60000,
+             "live upgrade: the new process must be registered and Ready by then");
+DEFINE_int64(upgrade_owned_deadline_ms, 30000,
+             "live upgrade: the new process must own RocksDB this long after HandOver");
+DEFINE_int64(upgrade_old_exit_deadline_ms, 30000,
+             "live upgrade: the new process kills an old one still alive this long after Owned");
 
 #ifndef KVNODE_VERSION
 #define KVNODE_VERSION "dev"
 #endif
 
 int main(int argc, char** argv) {
+  // The argv a live upgrade restarts with (before gflags removes anything).
+  const std::vector<std::string> start_argv(argv, argv + argc);
   gflags::SetUsageMessage(
       "kvnode: RDMA key-value storage node.\n"
       "  kvnode --db_path DIR [--listen HOST:PORT] [--admin_socket PATH] ...\n"
@@ -111,18 +139,78 @@ int main(int argc, char** argv) {
   o.generation = FLAGS_generation;
   o.build_id = FLAGS_build_id.empty() ? std::string(KVNODE_VERSION) : FLAGS_build_id;
 
-  absl::StatusOr<std::unique_ptr<kvnode::server::Server>> server =
-      kvnode::server::Server::Create(o);
-  if (!server.ok()) {
-    LOG(ERROR) << "kvnode: cannot start: " << server.status();
-    return 1;
+  namespace up = kvnode::upgrade;
+  absl::StatusOr<up::FaultPlan> plan = up::FaultPlan::Parse(FLAGS_upgrade_fault);
+  if (!plan.ok()) {
+    LOG(ERROR) << "--upgrade_fault: " << plan.status();
+    return 2;
   }
-  absl::Status s = (*server)->Run();
-  server->reset();
-  if (!s.ok()) {
-    LOG(ERROR) << "kvnode: unclean exit: " << s;
-    return 3;
+  up::SetFaultPlan(*plan);
+  up::NodeUpgradeOptions uo;
+  absl::StatusOr<up::Compat> compat = up::NodeCompat(FLAGS_upgrade_test_incompatible);
+  if (!compat.ok()) {
+    LOG(ERROR) << "--upgrade_test_incompatible: " << compat.status();
+    return 2;
   }
-  LOG(INFO) << "kvnode: exit 0";
-  return 0;
+  uo.compat = *compat;
+  uo.argv = start_argv;
+  uo.build_id = o.build_id;
+  uo.shm_name = o.shm_name;
+  uo.move_deadline = absl::Milliseconds(FLAGS_upgrade_move_deadline_ms);
+  uo.ready_deadline = absl::Milliseconds(FLAGS_upgrade_ready_deadline_ms);
+  uo.owned_deadline = absl::Milliseconds(FLAGS_upgrade_owned_deadline_ms);
+  uo.old_exit_deadline = absl::Milliseconds(FLAGS_upgrade_old_exit_deadline_ms);
+  absl::StatusOr<std::string> binary = FLAGS_upgrade_binary.empty()
+                                           ? up::ResolveStartBinary(start_argv[0])
+                                           : up::CheckUpgradeBinary(FLAGS_upgrade_binary);
+  if (binary.ok()) {
+    uo.binary = *binary;
+  } else {
+    LOG(WARNING) << "live upgrades without an explicit binary are refused: " << binary.status();
+  }
+  if (absl::Status s = uo.Validate(); !s.ok()) {
+    LOG(ERROR) << "kvnode: upgrade options: " << s;
+    return 2;
+  }
+
+  up::UpgradeMetrics upgrade_metrics;
+  std::unique_ptr<kvnode::server::Server> server;
+  std::unique_ptr<up::NewSideTail> tail;
+  if (!FLAGS_upgrade_handoff.empty()) {
+    auto taken = up::TakeOver(o, FLAGS_upgrade_handoff, uo, &upgrade_metrics);
+    if (!taken.ok()) {
+      // Nothing of the old process's was disturbed; leave without running
+      // destructors that could touch the shared arena.
+      LOG(ERROR) << "kvnode: not taking over: " << taken.status();
+      google::FlushLogFiles(google::GLOG_INFO);
+      _exit(absl::IsFailedPrecondition(taken.status()) ? 2 : 4);
+    }
+    server = std::move(taken->first);
+    tail = std::move(taken->second);
+  } else {
+    // A header left by a process that crashed mid-upgrade is stale now.
+    if (absl::StatusOr<std::string> h = up::HandoffHeaderShmName(o.shm_name); h.ok()) {
+      (void)up::RemoveHandoffHeader(*h);
+    }
+    absl::StatusOr<std::unique_ptr<kvnode::server::Server>> created =
+        kvnode::server::Server::Create(o);
+    if (!created.ok()) {
+      LOG(ERROR) << "kvnode: cannot start: " << created.status();
+      return 1;
+    }
+    server = std::move(*created);
+    (void)up::SdNotifyReady();
+  }
+  up::OldSide old_side(server.get(), uo, &upgrade_metrics);
+  old_side.Install();
+  if (tail != nullptr) tail->Start(old_side.busy_flag());
+  const uint64_t generation = server->generation();
+  absl::Status s = server->Run();
+  const int code = old_side.FinishAfterRun(s);
+  tail.reset();
+  server.reset();
+  if (!s.ok()) LOG(ERROR) << "kvnode: unclean exit: " << s;
+  LOG(INFO) << "kvnode: exit " << code << " (pid " << getpid() << ", generation " << generation
+            << ")";
+  return code;
 }

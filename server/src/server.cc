@@ -95,7 +95,19 @@ class ServerImpl {
   ~ServerImpl();
 
   absl::Status Init(InheritedSockets inherited);
+  // Live upgrade, new side: everything but the sockets and RocksDB.
+  absl::Status InitForTakeover(const std::function<absl::Status()>& after_attach);
+  absl::Status CompleteTakeover(InheritedSockets inherited);
   absl::Status Run();
+
+  // Pieces of Init, in order.
+  absl::Status InitSignalsAndAuth();
+  absl::Status InitSockets(InheritedSockets inherited);
+  absl::Status InitDevice();
+  absl::Status InitRegistrationAndDataPlane();
+  absl::Status InitEpoll();
+  absl::Status AddSocketsToEpoll();
+  absl::Status WritePidFileAndLog();
 
   // --- control thread ---------------------------------------------------------
   void Accept();
@@ -131,6 +143,8 @@ class ServerImpl {
   std::function<void(std::optional<std::string>, std::function<void(std::string)>)>
       upgrade_handler_;
   std::function<void(uint64_t)> on_move_ack_;
+  std::function<std::vector<ExtraStat>()> extra_stats_;
+  std::function<void()> before_deregister_;
 
   // Sockets and event loop.
   int listen_fd_ = -1;
@@ -173,9 +187,68 @@ ServerImpl::~ServerImpl() {
 }
 
 absl::Status ServerImpl::Init(InheritedSockets inherited) {
+  if (absl::Status s = InitSignalsAndAuth(); !s.ok()) return s;
+  // Sockets first: a second node on the same port fails before it touches
+  // the device or the database.
+  if (absl::Status s = InitSockets(inherited); !s.ok()) return s;
+  if (absl::Status s = InitDevice(); !s.ok()) return s;
+
+  // Storage (opens RocksDB; re-attaches a clean arena or rebuilds it).
+  const absl::Time t0 = absl::Now();
+  absl::StatusOr<std::unique_ptr<storage::Store>> store = storage::Store::Open(store_options_);
+  if (!store.ok()) return store.status();
+  store_ = std::move(*store);
+  backend_ = std::make_unique<StoreBackend>(store_.get());
+  const storage::StoreStats ss = store_->stats();
+  LOG(INFO) << "store " << opt_.db_path << ": " << storage::OpenedAsName(store_->opened_as())
+            << " in " << absl::FormatDuration(absl::Now() - t0) << ", " << ss.keys << " keys ("
+            << ss.resident_keys << " resident), arena " << store_->arena().path() << " "
+            << store_->arena_size() << " bytes, generation " << ss.generation;
+
+  if (absl::Status s = InitRegistrationAndDataPlane(); !s.ok()) return s;
+  if (absl::Status s = InitEpoll(); !s.ok()) return s;
+  if (absl::Status s = AddSocketsToEpoll(); !s.ok()) return s;
+  return WritePidFileAndLog();
+}
+
+absl::Status ServerImpl::InitForTakeover(const std::function<absl::Status()>& after_attach) {
+  if (absl::Status s = InitSignalsAndAuth(); !s.ok()) return s;
+  // The live arena first (O(1), reads no data): O keeps serving from it.
+  const absl::Time t0 = absl::Now();
+  absl::StatusOr<std::unique_ptr<storage::Store>> store =
+      storage::Store::AttachLive(store_options_);
+  if (!store.ok()) return store.status();
+  store_ = std::move(*store);
+  backend_ = std::make_unique<StoreBackend>(store_.get());
+  LOG(INFO) << "store: attached the live arena " << store_->arena().path() << " ("
+            << store_->arena_size() << " bytes) in " << absl::FormatDuration(absl::Now() - t0);
+  if (after_attach) {
+    if (absl::Status s = after_attach(); !s.ok()) return s;
+  }
+  if (absl::Status s = InitDevice(); !s.ok()) return s;
+  const absl::Time t1 = absl::Now();
+  if (absl::Status s = InitRegistrationAndDataPlane(); !s.ok()) return s;
+  LOG(INFO) << "takeover: arena registered in " << absl::FormatDuration(absl::Now() - t1);
+  return InitEpoll();
+}
+
+absl::Status ServerImpl::CompleteTakeover(InheritedSockets inherited) {
+  const absl::Time t0 = absl::Now();
+  if (absl::Status s = store_->OpenDb(); !s.ok()) return s;
+  LOG(INFO) << "takeover: RocksDB " << opt_.db_path << " opened in "
+            << absl::FormatDuration(absl::Now() - t0);
+  if (absl::Status s = InitSockets(inherited); !s.ok()) return s;
+  if (absl::Status s = AddSocketsToEpoll(); !s.ok()) return s;
+  return WritePidFileAndLog();
+}
+
+absl::Status ServerImpl::InitSignalsAndAuth() {
   if (absl::Status s = opt_.Validate(); !s.ok()) return s;
-  absl::StatusOr<WindowMode> wm = ParseWindowMode(opt_.memory_windows);
-  if (!wm.ok()) return wm.status();
+  store_options_.db_path = opt_.db_path;
+  store_options_.sync_writes = opt_.sync_writes;
+  store_options_.shm_name = opt_.shm_name;
+  store_options_.arena_file = opt_.arena_path;
+  store_options_.arena_size = opt_.arena_size;
 
   // Signals are taken through a signalfd: block them in this thread before
   // any other thread (RocksDB's, the data plane) exists, so all inherit it.
@@ -197,9 +270,10 @@ absl::Status ServerImpl::Init(InheritedSockets inherited) {
     if (!t.ok()) return t.status();
     auth_token_ = std::move(*t);
   }
+  return absl::OkStatus();
+}
 
-  // Sockets first: a second node on the same port fails before it touches
-  // the device or the database.
+absl::Status ServerImpl::InitSockets(InheritedSockets inherited) {
   if (inherited.listen_fd >= 0) {
     if (absl::Status s = CheckListening(inherited.listen_fd, "listen"); !s.ok()) return s;
     listen_fd_ = inherited.listen_fd;
@@ -224,8 +298,12 @@ absl::Status ServerImpl::Init(InheritedSockets inherited) {
     if (!fd.ok()) return fd.status();
     admin_fd_ = *fd;
   }
+  return absl::OkStatus();
+}
 
-  // Device.
+absl::Status ServerImpl::InitDevice() {
+  absl::StatusOr<WindowMode> wm = ParseWindowMode(opt_.memory_windows);
+  if (!wm.ok()) return wm.status();
   rdma::DeviceOptions dopt;
   dopt.name = opt_.rdma_device;
   dopt.port = opt_.rdma_port;
@@ -254,24 +332,10 @@ absl::Status ServerImpl::Init(InheritedSockets inherited) {
             << "), type-2 windows " << (caps.mw_type2 ? "supported" : "unsupported")
             << ", serving the arena through "
             << (use_windows_ ? "a type-2 window per client" : "the arena MR's rkey");
+  return absl::OkStatus();
+}
 
-  // Storage (opens RocksDB; re-attaches a clean arena or rebuilds it).
-  store_options_.db_path = opt_.db_path;
-  store_options_.sync_writes = opt_.sync_writes;
-  store_options_.shm_name = opt_.shm_name;
-  store_options_.arena_file = opt_.arena_path;
-  store_options_.arena_size = opt_.arena_size;
-  const absl::Time t0 = absl::Now();
-  absl::StatusOr<std::unique_ptr<storage::Store>> store = storage::Store::Open(store_options_);
-  if (!store.ok()) return store.status();
-  store_ = std::move(*store);
-  backend_ = std::make_unique<StoreBackend>(store_.get());
-  const storage::StoreStats ss = store_->stats();
-  LOG(INFO) << "store " << opt_.db_path << ": " << storage::OpenedAsName(store_->opened_as())
-            << " in " << absl::FormatDuration(absl::Now() - t0) << ", " << ss.keys << " keys ("
-            << ss.resident_keys << " resident), arena " << store_->arena().path() << " "
-            << store_->arena_size() << " bytes, generation " << ss.generation;
-
+absl::Status ServerImpl::InitRegistrationAndDataPlane() {
   // Memory registration: the arena once, at iova 0 (remote address = arena
   // offset); the RPC pool once (receives and responses, LOCAL_WRITE only).
   absl::StatusOr<std::shared_ptr<rdma::Pd>> pd = rdma::Pd::Create(device_, "server-pd");
@@ -329,7 +393,10 @@ absl::Status ServerImpl::Init(InheritedSockets inherited) {
                         });
   if (!dp.ok()) return dp.status();
   data_ = std::move(*dp);
+  return absl::OkStatus();
+}
 
+absl::Status ServerImpl::InitEpoll() {
   epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
   if (epoll_fd_ < 0) return absl::InternalError(absl::StrCat("epoll_create1: ", ErrnoText(errno)));
   auto add = [this](int fd, uint64_t tag) -> absl::Status {
@@ -342,12 +409,28 @@ absl::Status ServerImpl::Init(InheritedSockets inherited) {
     return absl::OkStatus();
   };
   for (auto [fd, tag] :
-       {std::pair{listen_fd_, kTagListen}, std::pair{admin_fd_, kTagAdminListen},
-        std::pair{signal_fd_, kTagSignal}, std::pair{control_tasks_->fd(), kTagTasks},
+       {std::pair{signal_fd_, kTagSignal}, std::pair{control_tasks_->fd(), kTagTasks},
         std::pair{device_->context()->async_fd, kTagDeviceEvents}}) {
     if (absl::Status s = add(fd, tag); !s.ok()) return s;
   }
+  return absl::OkStatus();
+}
 
+absl::Status ServerImpl::AddSocketsToEpoll() {
+  for (auto [fd, tag] :
+       {std::pair{listen_fd_, kTagListen}, std::pair{admin_fd_, kTagAdminListen}}) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = tag;
+    if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
+      return absl::InternalError(absl::StrCat("epoll_ctl ADD: ", ErrnoText(errno)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ServerImpl::WritePidFileAndLog() {
+  const size_t pool_bytes = RpcPoolBytes(opt_.max_clients, opt_.rpc_credits);
   if (!opt_.pid_file.empty()) {
     std::ofstream pf(opt_.pid_file, std::ios::trunc);
     pf << getpid() << "\n";
@@ -530,15 +613,10 @@ void ServerImpl::OnConnEvents(Conn& c, std::vector<ControlSession::Event>& event
         c.session.Goodbye(proto::GoodbyeReason::kShutdown, "node is not accepting sessions");
         continue;
       }
-      if (data_->live_sessions() + pending_creates_ >= opt_.max_clients &&
-          h->hello.client_id == 0) {
-        LOG(WARNING) << "refusing " << c.peer << ": " << opt_.max_clients
-                     << " clients already (--max_clients)";
-        metrics_.Error(ErrorKind::kTooManyClients);
-        c.session.Fail(proto::ErrorCode::kTooManyClients,
-                       absl::StrCat("this node serves at most ", opt_.max_clients, " clients"));
-        continue;
-      }
+      // Admission happens on the data thread (CreateSession): it frees a
+      // client slot when it tears a session down, and it runs tasks in the
+      // order they were posted, so a slot freed by a connection that closed
+      // before this Hello is always seen as free.
       ++pending_creates_;
       c.data_session = true;
       const uint64_t requested = h->hello.client_id;
@@ -945,6 +1023,7 @@ StatsView ServerImpl::Stats() const {
   }
   v.upgrade_in_progress = upgrade_in_progress_.load();
   v.writes_paused = writes_paused_.load();
+  if (extra_stats_) v.extra = extra_stats_();
   return v;
 }
 
@@ -976,6 +1055,7 @@ void ServerImpl::Shutdown() {
   //    the CQ (DataPlane owns it).
   data_->Shutdown();
   data_.reset();
+  if (before_deregister_) before_deregister_();
   // 4. MRs, in order: the RPC pool, then the arena (no window can be bound
   //    to it any more), then the PD.
   const rdma::Deadline mr_deadline = rdma::DeadlineIn(std::chrono::seconds(2));
@@ -1028,6 +1108,35 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   return std::unique_ptr<Server>(new Server(std::move(impl)));
 }
 
+absl::StatusOr<std::unique_ptr<Server>> Server::CreateForTakeover(
+    const ServerOptions& options, std::function<absl::Status()> after_attach) {
+  auto impl = std::make_unique<ServerImpl>(options);
+  if (absl::Status s = impl->InitForTakeover(after_attach); !s.ok()) return s;
+  return std::unique_ptr<Server>(new Server(std::move(impl)));
+}
+absl::Status Server::CompleteTakeover(InheritedSockets inherited) {
+  return impl_->CompleteTakeover(inherited);
+}
+Server::ArenaInfo Server::arena_info() const {
+  ArenaInfo a;
+  if (impl_->arena_mr_ != nullptr) {
+    a.rkey = impl_->arena_mr_->rkey();
+    a.remote_addr = impl_->arena_mr_->iova();
+    a.registered_bytes = impl_->arena_mr_->length();
+  }
+  if (impl_->store_ != nullptr) {
+    a.arena_size = impl_->store_->arena_size();
+    a.arena_id = impl_->store_->arena().header()->arena_id;
+  }
+  return a;
+}
+absl::Status Server::FlushDb() { return impl_->store_->FlushDb(); }
+void Server::SetExtraStats(std::function<std::vector<ExtraStat>()> f) {
+  impl_->extra_stats_ = std::move(f);
+}
+void Server::SetBeforeDeregister(std::function<void()> f) {
+  impl_->before_deregister_ = std::move(f);
+}
 absl::Status Server::Run() { return impl_->Run(); }
 void Server::RequestShutdown() {
   impl_->shutdown_requested_.store(true);

@@ -36,6 +36,15 @@ struct AdminRequest {
 // many arguments or a line over kMaxAdminLine.
 [[nodiscard]] absl::StatusOr<AdminRequest> ParseAdminRequest(std::string_view line);
 
+// A value another module (the live upgrade) adds to `stats` and `metrics`.
+struct ExtraStat {
+  std::string name;    // metric name without the kvnode_ prefix, e.g. "upgrade_refused_total"
+  std::string labels;  // Prometheus labels without braces, e.g. phase="o_pause"; "" = none
+  std::string type;    // "counter" | "gauge"
+  std::string help;
+  double value = 0;
+};
+
 // Everything `stats` and `metrics` report, gathered by the server.
 struct StatsView {
   double uptime_s = 0;
@@ -57,6 +66,8 @@ struct StatsView {
   } arena;
   bool upgrade_in_progress = false;
   bool writes_paused = false;
+  // `stats`: object "upgrade" {name or name{labels}: value}; `metrics`: as is.
+  std::vector<ExtraStat> extra;
 };
 
 struct ClientRow {

@@ -31,6 +31,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kvnode/proto/control.h"
+#include "kvnode/server/admin.h"
 #include "kvnode/server/dedupe.h"
 #include "kvnode/server/metrics.h"
 #include "kvnode/server/options.h"
@@ -49,6 +50,26 @@ class Server {
  public:
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<Server>> Create(
       const ServerOptions& options, InheritedSockets inherited = {});
+
+  // Live upgrade, new side, in two steps while the old process still serves:
+  // CreateForTakeover maps the live arena (Store::AttachLive, reads no data),
+  // runs `after_attach` (an error aborts), opens the device and registers the
+  // arena and the RPC pool; no socket, no RocksDB. CompleteTakeover (before
+  // Run) opens RocksDB (Store::OpenDb) and adopts the inherited sockets (or
+  // binds --listen / --admin_socket where a fd is -1), then writes the pid file.
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<Server>> CreateForTakeover(
+      const ServerOptions& options, std::function<absl::Status()> after_attach = {});
+  [[nodiscard]] absl::Status CompleteTakeover(InheritedSockets inherited);
+
+  // The arena registration (any thread, after Create).
+  struct ArenaInfo {
+    uint32_t rkey = 0;              // the arena MR's rkey
+    uint64_t remote_addr = 0;       // iova of arena offset 0
+    uint64_t registered_bytes = 0;  // MR length
+    uint64_t arena_size = 0;        // mapping size
+    uint64_t arena_id = 0;          // ArenaHeader::arena_id
+  };
+  ArenaInfo arena_info() const;
   ~Server();
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
@@ -109,6 +130,14 @@ class Server {
   // file or the admin socket path (they belong to the new process now).
   void MarkHandedOff();
   void SetUpgradeInProgress(bool in_progress);
+  // Any thread: Store::FlushDb (the pre-flush before pausing writes).
+  [[nodiscard]] absl::Status FlushDb();
+  // Before Run(): extra rows for `stats` (object "upgrade") and `metrics`,
+  // gathered on the control thread at each request.
+  void SetExtraStats(std::function<std::vector<ExtraStat>()> f);
+  // Before shutdown: runs at shutdown after every session is drained and
+  // destroyed, before the MRs are deregistered (the upgrade's o_dereg phase).
+  void SetBeforeDeregister(std::function<void()> f);
 
  private:
   explicit Server(std::unique_ptr<ServerImpl> impl);
