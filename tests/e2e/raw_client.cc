@@ -32,6 +32,7 @@
 #include <memory>
 #include <string>
 #include <variant>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -526,6 +527,32 @@ int Main() {
     if (!proto::WriteControl(fd, q, Deadline()).ok()) Fail("send");
     ExpectErrorCode(fd, proto::ErrorCode::kUnexpectedMessage);
     return 0;
+  }
+  if (m == "too_many") {
+    // Hello-only sessions until the node refuses one with kTooManyClients
+    // (each holds a client slot until its handshake times out).
+    std::vector<int> held;
+    for (int i = 0; i < FLAGS_n; ++i) {
+      const int fd = Dial();
+      proto::Hello h;
+      h.auth_token = ReadToken();
+      if (!proto::WriteControl(fd, h, Deadline()).ok()) Fail("send Hello");
+      absl::StatusOr<proto::ControlMessage> msg = proto::ReadControl(fd, Deadline());
+      if (!msg.ok()) Fail(msg.status().ToString());
+      if (std::holds_alternative<proto::Welcome>(*msg)) {
+        held.push_back(fd);
+        continue;
+      }
+      auto* e = std::get_if<proto::Error>(&*msg);
+      if (e == nullptr || e->code != proto::ErrorCode::kTooManyClients) {
+        Fail("expected Welcome or Error{too many clients}");
+      }
+      std::cout << "too_many: refused after " << held.size() << " more sessions: " << e->message
+                << std::endl;
+      for (int f : held) close(f);
+      return 0;
+    }
+    Fail(absl::StrCat("no refusal after ", FLAGS_n, " sessions"));
   }
   if (m == "no_handshake") {
     // Hello, Welcome, then nothing: the node must cut us after its
