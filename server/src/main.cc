@@ -76,6 +76,8 @@ DEFINE_int64(upgrade_move_deadline_ms, 5000,
              "live upgrade: a client that has not acknowledged Move by then is cut");
 DEFINE_int64(upgrade_ready_deadline_ms, 60000,
              "live upgrade: the new process must be registered and Ready by then");
+DEFINE_int64(upgrade_pause_deadline_ms, 10000,
+             "live upgrade: writes in flight must be finished this long after the pause");
 DEFINE_int64(upgrade_owned_deadline_ms, 30000,
              "live upgrade: the new process must own RocksDB this long after HandOver");
 DEFINE_int64(upgrade_old_exit_deadline_ms, 30000,
@@ -158,6 +160,7 @@ int main(int argc, char** argv) {
   uo.shm_name = o.shm_name;
   uo.move_deadline = absl::Milliseconds(FLAGS_upgrade_move_deadline_ms);
   uo.ready_deadline = absl::Milliseconds(FLAGS_upgrade_ready_deadline_ms);
+  uo.pause_deadline = absl::Milliseconds(FLAGS_upgrade_pause_deadline_ms);
   uo.owned_deadline = absl::Milliseconds(FLAGS_upgrade_owned_deadline_ms);
   uo.old_exit_deadline = absl::Milliseconds(FLAGS_upgrade_old_exit_deadline_ms);
   absl::StatusOr<std::string> binary = FLAGS_upgrade_binary.empty()

@@ -68,7 +68,7 @@ struct NodeUpgradeOptions {
   absl::Duration exec_deadline = absl::Seconds(10);       // default 10 s
   absl::Duration hello_deadline = absl::Seconds(10);      // default 10 s
   absl::Duration ready_deadline = absl::Seconds(60);      // default 60 s
-  absl::Duration pause_deadline = absl::Seconds(2);       // writes in flight; default 2 s
+  absl::Duration pause_deadline = absl::Seconds(10);      // writes in flight; default 10 s
   absl::Duration owned_deadline = absl::Seconds(30);      // default 30 s
   absl::Duration move_deadline = absl::Seconds(5);        // MoveAck per client; default 5 s
   absl::Duration handover_deadline = absl::Seconds(120);  // N waits for HandOver; default 120 s

@@ -1,0 +1,119 @@
+# Helpers for the live-upgrade e2e scripts (source after lib.sh).
+#
+#   up_make_builds DIR          two wrapper "builds" of kvnode that differ in their
+#                               build id and point --upgrade_binary at each other
+#   up_gone PID                 true once PID has exited (or is a zombie)
+#   up_exit_logged PID          the log says "kvnode: exit 0 (pid PID,"
+#   up_upgrade [kill|kvctl]     one live upgrade of the current node: signal, wait for
+#                               the next generation, for the old process's exit 0;
+#                               sets UP_OLD UP_NEW UP_SIG_NS UP_OWNED_NS UP_EXIT_NS
+#   up_stop_node                SIGTERM the current node (not necessarily our child)
+#   up_window_stats REPORT T0_NS T1_NS T_BASE_NS
+#                               "blackout_ms max_latency_ms" of kvload's
+#                               timeline between T0 and T1 (ns, same clock as T_BASE)
+
+up_make_builds() {
+  local dir=$1 real=${KV_NODE_BIN_REAL:-$KV_BUILD/server/kvnode}
+  for b in a b; do
+    local other=b
+    [[ $b == b ]] && other=a
+    # The wrapper's flags come last so they win over the inherited argv.
+    printf '#!/bin/sh\nexec "%s" "$@" --build_id=build-%s --upgrade_binary=%s\n' \
+      "$real" "$b" "$dir/kvnode-$other" >"$dir/kvnode-$b"
+    chmod 755 "$dir/kvnode-$b"
+  done
+}
+
+# `rdma resource show` names the THREAD that created an object (the data-plane
+# thread creates client QPs), so objects are matched against every task of PID.
+up_rdma_count() {
+  local kind=$1 pid=$2 n=0 t
+  local out
+  out=$(rdma resource show "$kind" 2>/dev/null || true)
+  for t in $(ls "/proc/$pid/task" 2>/dev/null); do
+    n=$((n + $(grep -c " pid $t " <<<"$out" || true)))
+  done
+  echo "$n"
+}
+# kvnode objects (qp and mr) not owned by a thread of PID.
+up_rdma_foreign() {
+  local pid=$1 tids
+  tids=" $(ls "/proc/$pid/task" 2>/dev/null | tr '\n' ' ') "
+  { rdma resource show qp; rdma resource show mr; } 2>/dev/null | grep ' comm kvnode' |
+    grep -o ' pid [0-9]*' | awk '{print $2}' | sort -u | while read -r t; do
+    [[ $tids == *" $t "* ]] || echo "$t"
+  done
+}
+
+up_gone() {
+  [[ ! -e /proc/$1 ]] && return 0
+  grep -q '^State:[[:space:]]*Z' "/proc/$1/status" 2>/dev/null
+}
+
+up_exit_logged() { grep -q "kvnode: exit 0 (pid $1," "$KV_LOG"; }
+
+up_ping_field() { kv_admin ping | grep -o "\"$1\":[0-9]*" | cut -d: -f2; }
+up_generation_is() { [[ $(up_ping_field generation) == "$1" ]]; }
+up_not_in_progress() { kv_admin stats | grep -q '"upgrade_in_progress":false'; }
+
+UP_FIRST_PID=""
+up_upgrade() {
+  local how=${1:-kill}
+  local gen
+  gen=$(up_ping_field generation)
+  UP_OLD=$(up_ping_field pid)
+  UP_SIG_NS=$(date +%s%N)
+  if [[ $how == kvctl ]]; then
+    "$KV_KVCTL" --admin_socket "$KV_ADMIN" upgrade >/dev/null || kv_fail "kvctl upgrade refused"
+  else
+    kill -USR2 "$UP_OLD"
+  fi
+  kv_wait_for 90 up_generation_is $((gen + 1)) ||
+    kv_fail "generation $((gen + 1)) did not answer within 90 s of the upgrade request"
+  UP_OWNED_NS=$(date +%s%N)
+  UP_NEW=$(up_ping_field pid)
+  kv_wait_for 30 up_gone "$UP_OLD" || kv_fail "old process $UP_OLD still alive 30 s after Owned"
+  UP_EXIT_NS=$(date +%s%N)
+  if [[ $UP_OLD == "$UP_FIRST_PID" ]]; then
+    local rc=0
+    wait "$UP_OLD" || rc=$?
+    [[ $rc -eq 0 ]] || kv_fail "old process $UP_OLD exited $rc"
+  fi
+  kv_wait_for 5 up_exit_logged "$UP_OLD" || kv_fail "old process $UP_OLD did not log exit 0"
+  kv_wait_for 30 up_not_in_progress || kv_fail "upgrade still in progress on $UP_NEW"
+  KV_PID=$UP_NEW
+}
+
+up_stop_node() {
+  local pid=$KV_PID
+  kill -TERM "$pid"
+  kv_wait_for "$KV_STOP_TIMEOUT" up_gone "$pid" || kv_fail "node $pid did not exit on SIGTERM"
+  [[ $pid == "$UP_FIRST_PID" ]] && { wait "$pid" || kv_fail "node $pid exited non-zero"; }
+  kv_wait_for 5 up_exit_logged "$pid" || kv_fail "node $pid did not log exit 0"
+  local left
+  left=$({ rdma resource show qp; rdma resource show mr; } 2>/dev/null | grep -c ' comm kvnode' || true)
+  [[ $left -eq 0 ]] || kv_fail "kernel still lists $left kvnode QPs/MRs"
+  KV_PID=""
+  kv_ok "node $pid stopped by SIGTERM, exit 0, no verbs objects left"
+}
+
+up_window_stats() {
+  python3 - "$@" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+t0, t1, base = (int(x) for x in sys.argv[2:5])
+lo, hi = (t0 - base) / 1e6, (t1 - base) / 1e6
+slot = r["timeline_slot_ms"]
+gap = run = 0.0
+mx = 0.0
+for s in r["timeline"]:
+    if s["t_ms"] + slot < lo or s["t_ms"] > hi:
+        continue
+    mx = max(mx, s["max_latency_us"])
+    run = run + slot if s["ops"] == 0 else 0.0
+    gap = max(gap, run)
+# Blackout: the longest run of 10 ms slots without a completed operation
+# (slot resolution); then the largest latency completed in the window.
+print(f"{gap:.0f} {mx / 1000:.1f}")
+PY
+}

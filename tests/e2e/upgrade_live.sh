@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# Live upgrades under load: 8 kvload clients (YCSB A, depth 4, --verify) while
+# the node is upgraded KV_UPGRADES times in a row (default 20; each takes a few
+# seconds under TCG), alternating between two builds that differ in their build
+# id, by SIGUSR2 and (every fifth) by `kvctl upgrade`. For each: the next
+# generation answers, the old process exits 0, the new one holds exactly the
+# verbs objects of the first. Afterwards: zero failed operations, zero verify
+# errors, zero stale reads, the ack-log audit passes, `rdma resource show`
+# lists only the current process's QPs/MRs (at the baseline counts), no
+# handoff header or shm object leaked, and counters stayed monotonic.
+source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/upgrade_lib.sh"
+kv_require_device
+# Default 2 under ctest: one upgrade takes ~20 s to Owned and ~60 s with the
+# checks in a TCG guest on a loaded host; KV_UPGRADES=20 is the full run.
+n=${KV_UPGRADES:-2}
+
+bins=$(mktemp -d /tmp/kv-e2e-upgrade-bins.XXXXXX)
+up_make_builds "$bins"
+KV_NODE_BIN=$bins/kvnode-a
+kv_start_node
+UP_FIRST_PID=$KV_PID
+base_qp=$(up_rdma_count qp "$KV_PID")
+base_mr=$(up_rdma_count mr "$KV_PID")
+kv_log "baseline: $base_qp QPs, $base_mr MRs; starting kvload, then $n upgrades"
+
+acks="$KV_DIR/acks.log"
+report="$KV_DIR/report.json"
+t_base=$(date +%s%N)
+"$KV_KVLOAD" --server "$KV_ADDR" --auth_token_file "$KV_TOKEN" --workload A --clients 8 \
+  --threads 2 --depth 4 --keys 2000 --value_size 64 --preload --duration 100000 --verify \
+  --ack_log "$acks" --report "$report" --progress=false --connect_timeout_ms 5000 --timeout_ms "${KV_OP_TIMEOUT_MS:-30000}" \
+  >"$KV_DIR/kvload.log" 2>&1 &
+load_pid=$!
+clients_are() { [[ $(kv_stat clients) == "$1" ]]; }
+kv_wait_for 120 clients_are 8 || kv_fail "kvload's 8 clients did not connect"
+kv_stat_at_least ops_put 1 || kv_wait_for 60 kv_stat_at_least ops_put 1000 || kv_fail "no load"
+
+windows=()
+for ((i = 1; i <= n; i++)); do
+  how=kill
+  ((i % 5 == 0)) && how=kvctl
+  up_upgrade "$how"
+  kv_wait_for 30 clients_are 8 || kv_fail "upgrade $i: clients on the new process: $(kv_stat clients)"
+  bid=$(kv_admin stats | grep -o '"build_id":"[^"]*"' | cut -d'"' -f4)
+  want=build-b
+  ((i % 2 == 0)) && want=build-a
+  [[ $bid == "$want" ]] || kv_fail "upgrade $i: build id $bid, expected $want"
+  q=$(up_rdma_count qp "$UP_NEW")
+  m=$(up_rdma_count mr "$UP_NEW")
+  foreign=$(up_rdma_foreign "$UP_NEW")
+  [[ -z $foreign ]] || kv_fail "upgrade $i: kvnode verbs objects of other threads/processes: $foreign"
+  # 8 client QPs on top of the idle baseline.
+  [[ $q -eq $((base_qp + 8)) && $m -eq $base_mr ]] || {
+    rdma resource show qp >&2
+    rdma resource show mr >&2
+    false
+  } ||
+    kv_fail "upgrade $i: new pid $UP_NEW holds $q QPs / $m MRs, expected $((base_qp + 8)) / $base_mr"
+  windows+=("$UP_SIG_NS:$UP_EXIT_NS")
+  kv_ok "upgrade $i ($how): $UP_OLD -> $UP_NEW ($bid), owned after $(((UP_OWNED_NS - UP_SIG_NS) / 1000000)) ms, old exited after $(((UP_EXIT_NS - UP_SIG_NS) / 1000000)) ms"
+done
+
+kill -INT "$load_pid"
+rc=0
+wait "$load_pid" || rc=$?
+[[ $rc -eq 0 ]] || { tail -20 "$KV_DIR/kvload.log" >&2; kv_fail "kvload exited $rc"; }
+python3 - "$report" <<'PY' || kv_fail "report check"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["failed_ops"] == 0, f"failed_ops {r['failed_ops']}"
+assert r["verify_errors"] == 0, f"verify_errors {r['verify_errors']}"
+assert r["stale_reads"] == 0, f"stale_reads {r['stale_reads']}"
+c = r["client"]
+assert c["moves"] > 0, "no client moved"
+print(f"kvload: {r['ops']} ops, failed 0, verify errors 0, stale 0, moves {c['moves']}, "
+      f"reconnects {c['reconnects']}, longest gap {r['blackout_ms']:.1f} ms")
+PY
+i=0
+for w in "${windows[@]}"; do
+  i=$((i + 1))
+  read -r gap mx < <(up_window_stats "$report" "${w%%:*}" "${w##*:}" "$t_base")
+  kv_log "upgrade $i: blackout ${gap} ms, max latency ${mx} ms"
+done
+
+moved=$(kv_stat upgrade_clients_migrated_total)
+cut=$(kv_stat upgrade_clients_cut_total)
+ups=$(kv_stat upgrades)
+[[ ${ups%.*} -eq $n ]] || kv_fail "stats upgrades=$ups, expected $n (counters not carried over?)"
+[[ ${cut%.*} -eq 0 ]] || kv_fail "$cut clients were cut"
+kv_ok "counters carried over: upgrades=$ups, clients migrated=$moved, cut=$cut"
+
+rc=0
+"$KV_KVLOAD" --audit "$acks" --server "$KV_ADDR" --auth_token_file "$KV_TOKEN" \
+  --report "$KV_DIR/audit.json" >"$KV_DIR/audit.log" 2>&1 || rc=$?
+[[ $rc -eq 0 ]] || { tail "$KV_DIR/audit.log" >&2; kv_fail "ack-log audit failed (exit $rc)"; }
+kv_ok "ack-log audit passed"
+
+kv_wait_for 10 clients_are 0 || kv_fail "clients did not go"
+qp_back() { [[ $(up_rdma_count qp "$KV_PID") -eq $base_qp ]]; }
+kv_wait_for 10 qp_back || kv_fail "QPs $(up_rdma_count qp "$KV_PID") != $base_qp"
+others=$(rdma resource show qp; rdma resource show mr) || true
+foreign=$(echo "$others" | grep -v 'comm \[' | grep -v "comm kvnode" || true)
+[[ -z $foreign ]] || kv_fail "verbs objects of other processes: $foreign"
+foreign=$(up_rdma_foreign "$KV_PID")
+[[ -z $foreign ]] || kv_fail "kvnode objects of other threads/processes: $foreign"
+[[ $(up_rdma_count mr "$KV_PID") -eq $base_mr ]] || kv_fail "MRs $(up_rdma_count mr "$KV_PID") != $base_mr"
+kv_ok "rdma resource show: only pid $KV_PID, $base_qp QPs / $base_mr MRs as before the upgrades"
+[[ ! -e /dev/shm/$KV_SHM.handoff ]] || kv_fail "handoff header leaked"
+leaked=$(ls /dev/shm | grep -v "^$KV_SHM\$" | grep "$KV_SHM" || true)
+[[ -z $leaked ]] || kv_fail "shm objects leaked: $leaked"
+up_stop_node
+[[ ! -e /dev/shm/$KV_SHM ]] || kv_fail "arena segment left after SIGTERM"
+[[ ! -e $KV_ADMIN ]] || kv_fail "admin socket left after SIGTERM"
+echo "upgrade_live: PASS ($n upgrades)"
