@@ -1,0 +1,251 @@
+#!/usr/bin/env bash
+# kvnode against the wire, in one run on one verbs device (natively where the
+# host has one, else on rxe0 inside deploy/rxe-vm): for each value size,
+# perftest's ib_read_lat, ib_send_lat and ib_read_bw at kvload's depths, then
+# kvload (workload C, and write-only for PUT latency) on the same device,
+# alternating rep by rep so host load drifts hit both alike. Prints GET p50 /
+# ib_read_lat p50, GET ops/s / ib_read_bw message rate and PUT p50 /
+# ib_send_lat p50 against issue 5's targets.
+#
+#   deploy/bench.sh [--sizes 16,1024] [--depths 1,8,32] [--reps 3] [--duration 2]
+#                   [--keys 5000] [--out DIR] [--no-build]
+#
+# Depths are matched honestly: kvload runs ONE client (one QP, one thread)
+# with --depth D operations outstanding; a GET has at most one READ in flight
+# (bucket, then object for heap values), so at most D READs are outstanding
+# on the QP, the same as `ib_read_bw -t D -o D` (D send-queue entries, D
+# outstanding READs). ib_read_lat is depth 1 by construction; at depth > 1
+# GET p50 is also set against D / (ib_read_bw msg rate at depth D), the mean
+# latency Little's law gives perftest at that depth.
+#
+# Raw output (perftest logs, kvload reports, runs.jsonl) goes to DIR
+# (default build-bench/bench/bench-<date>); the table is made by
+# deploy/plot-bench.py from those files.
+#
+# Inside a device session other scripts call `deploy/bench.sh --inner ...`
+# (deploy/bench-all.sh does); extra inner options: --mix SIZE:DEPTH (workloads
+# A/B/C x uniform/zipfian at that cell), --cdf (GET latency CDFs and
+# ib_read_lat samples at depth 1), --deadline EPOCH (skip what would start
+# after it, recorded as skipped).
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(dirname "$here")
+
+sizes=16,1024
+depths=1,8,32
+reps=3
+duration=2
+keys=5000
+out=""
+build=${KVNODE_BUILD_DIR:-$repo/build-bench}
+do_build=1
+inner=0
+mix=""
+cdf=0
+deadline=0
+while (($#)); do
+  case "$1" in
+    --sizes) sizes=$2; shift 2 ;;
+    --depths) depths=$2; shift 2 ;;
+    --reps) reps=$2; shift 2 ;;
+    --duration) duration=$2; shift 2 ;;
+    --keys) keys=$2; shift 2 ;;
+    --out) out=$(realpath -m "$2"); shift 2 ;;
+    --no-build) do_build=0; shift ;;
+    --inner) inner=1; shift ;;
+    --mix) mix=$2; shift 2 ;;
+    --cdf) cdf=1; shift ;;
+    --deadline) deadline=$2; shift 2 ;;
+    -h | --help) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "bench: unknown option '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+
+# ------------------------------------------------------------------------------
+# Outside: build, then run here (device present) or in the VM, then the table.
+if ((!inner)); then
+  cd "$repo"
+  source deploy/lib.sh
+  out=${out:-$build/bench/bench-$(date +%Y%m%d-%H%M%S)}
+  mkdir -p "$out"
+  if ((do_build)); then
+    cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
+    cmake --build "$build" -j 2 --target kvnode kvload kvctl kvnode_raw_client
+  fi
+  args=(--inner --sizes "$sizes" --depths "$depths" --reps "$reps" --duration "$duration"
+    --keys "$keys" --out "$out")
+  rc=0
+  if kv_active_device >/dev/null; then
+    KVNODE_BUILD_DIR=$build deploy/bench.sh "${args[@]}" || rc=$?
+  else
+    deploy/rxe-vm --rw "$build" --rw "$out" -- env KVNODE_BUILD_DIR="$build" \
+      "$repo/deploy/bench.sh" "${args[@]}" || rc=$?
+  fi
+  ((rc == 0)) || echo "bench: the measuring run exited $rc; tabulating what it recorded" >&2
+  python3 deploy/plot-bench.py summary "$out"
+  exit "$rc"
+fi
+
+# ------------------------------------------------------------------------------
+# Inside: a verbs device is here.
+[[ -n $out ]] || { echo "bench --inner: --out is required" >&2; exit 2; }
+export KVNODE_BUILD_DIR=$build
+source "$repo/deploy/lib.sh"
+source "$repo/tests/e2e/lib.sh" # kv_start_node / kv_stop_node; sets -euo pipefail
+KV_TEST=bench
+dev=$(kv_active_device) || { echo "bench: no ACTIVE verbs device" >&2; exit 1; }
+gid=$(kv_gid_index "$dev")
+mkdir -p "$out/perftest" "$out/kvload"
+runs=$out/runs.jsonl
+touch "$runs"
+
+record() { echo "$1" >>"$runs"; }
+# True when there is still time to start something that takes about $1 s.
+in_budget() { ((deadline == 0 || $(date +%s) + ${1:-0} <= deadline)); }
+skip() {
+  kv_log "skipped (time budget): $1"
+  record "{\"kind\":\"skipped\",\"what\":\"$1\"}"
+}
+
+# Is a TCP port listening? Read /proc directly: under TCG every fork (ss,
+# grep) costs seconds.
+port_listening() {
+  local hex sl loc rem st rest f
+  printf -v hex '%04X' "$1"
+  for f in /proc/net/tcp /proc/net/tcp6; do
+    [[ -r $f ]] || continue
+    while read -r sl loc rem st rest; do
+      [[ $st == 0A && $loc == *":$hex" ]] && return 0
+    done <"$f"
+  done
+  return 1
+}
+
+# perftest: all servers of one batch are started first (each blocks in
+# accept(), costing nothing), then the clients run one after the other, so a
+# server's start-up overlaps the previous measurement instead of adding to it.
+pt_port=19000
+declare -a pt_specs=()
+pt_add() { pt_specs+=("$*"); } # NAME TOOL SIZE DEPTH ARGS...
+pt_run_batch() {             # REP
+  local rep=$1 spec name tool size depth i try ok
+  local -a ports=() spids=() a
+  for i in "${!pt_specs[@]}"; do
+    read -r -a a <<<"${pt_specs[$i]}"
+    pt_port=$((pt_port + 1))
+    ports[i]=$pt_port
+    "${a[1]}" -d "$dev" -x "$gid" -p "$pt_port" -s "${a[2]}" -F "${a[@]:4}" \
+      >"$out/perftest/${a[0]}-r$rep.server.log" 2>&1 &
+    spids[i]=$!
+  done
+  for i in "${!pt_specs[@]}"; do
+    read -r -a a <<<"${pt_specs[$i]}"
+    name=${a[0]} tool=${a[1]} size=${a[2]} depth=${a[3]}
+    ok=false
+    for try in 1 2 3; do
+      if ((try > 1)); then # the server of a failed run has exited: a fresh one
+        pt_port=$((pt_port + 1))
+        ports[i]=$pt_port
+        "$tool" -d "$dev" -x "$gid" -p "$pt_port" -s "$size" -F "${a[@]:4}" \
+          >"$out/perftest/$name-r$rep.server.log" 2>&1 &
+        spids[i]=$!
+      fi
+      kv_wait_for 30 port_listening "${ports[i]}" || { kill "${spids[i]}" 2>/dev/null || true; continue; }
+      if "$tool" -d "$dev" -x "$gid" -p "${ports[i]}" -s "$size" -F "${a[@]:4}" 127.0.0.1 \
+        >"$out/perftest/$name-r$rep.log" 2>&1; then
+        wait "${spids[i]}" 2>/dev/null || true
+        # Under TCG the clock calibration sometimes fails: perftest prints inf,
+        # nan or a rate of 0. Such a run is repeated.
+        if awk -v s="$size" '$1 == s { line = $0; last = $NF }
+            END { exit !(line != "" && line !~ /inf|nan/ && last + 0 > 0) }' \
+          "$out/perftest/$name-r$rep.log"; then
+          ok=true
+          break
+        fi
+      else
+        kill "${spids[i]}" 2>/dev/null || true
+        wait "${spids[i]}" 2>/dev/null || true
+      fi
+      kv_log "$name rep $rep: attempt $try failed (see $out/perftest/$name-r$rep.log)"
+    done
+    record "{\"kind\":\"perftest\",\"tool\":\"$tool\",\"name\":\"$name\",\"size\":$size,\"depth\":$depth,\"rep\":$rep,\"ok\":$ok,\"args\":\"${a[*]:4}\",\"log\":\"perftest/$name-r$rep.log\"}"
+  done
+  pt_specs=()
+}
+
+# One kvload run: CELL WORKLOAD DIST SIZE DEPTH REP [extra kvload flags...]
+kvload_run() {
+  local cell=$1 wl=$2 dist=$3 size=$4 depth=$5 rep=$6
+  shift 6
+  local base="$cell-s$size-d$depth-r$rep" rc=0
+  local -a wlflag=(--workload "$wl")
+  [[ $wl == W ]] && wlflag=(--read_ratio 0) # write-only: PUT latency and rate
+  "$KV_KVLOAD" --server "$KV_ADDR" --auth_token_file "$KV_TOKEN" --progress=false \
+    --clients 1 --threads 1 --keys "$keys" --value_size "$size" --depth "$depth" \
+    "${wlflag[@]}" --distribution "$dist" --duration "$duration" --seed "$rep" \
+    --report "$out/kvload/$base.json" "$@" >"$out/kvload/$base.log" 2>&1 || rc=$?
+  local cdf_field="" a
+  for a in "$@"; do
+    [[ $a == --latency_cdf=* ]] && cdf_field=",\"cdf\":\"kvload/${a##*/}\""
+  done
+  record "{\"kind\":\"kvload\",\"cell\":\"$cell\",\"workload\":\"$wl\",\"dist\":\"$dist\",\"size\":$size,\"depth\":$depth,\"rep\":$rep,\"rc\":$rc,\"report\":\"kvload/$base.json\",\"log\":\"kvload/$base.log\"$cdf_field}"
+  ((rc == 0)) || kv_log "kvload $base exited $rc: $(tail -n 3 "$out/kvload/$base.log" | tr '\n' ' ')"
+}
+
+preload() { # SIZE
+  local rc=0
+  "$KV_KVLOAD" --server "$KV_ADDR" --auth_token_file "$KV_TOKEN" --progress=false \
+    --clients 1 --threads 1 --keys "$keys" --value_size "$1" --depth 8 --workload C \
+    --preload --ops 1 >"$out/kvload/preload-s$1.log" 2>&1 || rc=$?
+  ((rc == 0)) || kv_fail "preload of $keys keys of $1 B failed: $(tail -n 3 "$out/kvload/preload-s$1.log")"
+}
+
+mix_size=${mix%%:*}
+mix_depth=${mix##*:}
+kv_log "device $dev (GID index $gid); sizes $sizes, depths $depths, $reps reps, ${duration}s per kvload run"
+record "{\"kind\":\"config\",\"device\":\"$dev\",\"gid_index\":$gid,\"sizes\":[$sizes],\"depths\":[$depths],\"reps\":$reps,\"duration_s\":$duration,\"keys\":$keys,\"mix\":\"$mix\"}"
+# The node: defaults but a small arena (every value size fits with $keys
+# keys) and RocksDB on the guest's tmpfs; writes are synced (the default).
+kv_start_node --arena_size $((64 << 20)) --sync_writes=true --max_clients 64
+cp "$KV_DIR/kvnode.log" "$out/kvnode-start.log" 2>/dev/null || true
+
+# Rough cost of one rep of one size, to stop before the deadline.
+rep_cost=$((60 + 10 * $(tr ',' '\n' <<<"$depths" | wc -l)))
+for size in ${sizes//,/ }; do
+  if ! in_budget 30; then
+    skip "size $size (all reps)"
+    continue
+  fi
+  preload "$size"
+  for ((rep = 1; rep <= reps; rep++)); do
+    if ! in_budget "$rep_cost"; then
+      skip "size $size rep $rep"
+      continue
+    fi
+    hflag=""
+    ((cdf && rep == 1)) && hflag=-H # every sample, for the CDF plot
+    pt_add "ib_read_lat-$size" ib_read_lat "$size" 1 -n 2000 $hflag
+    pt_add "ib_send_lat-$size" ib_send_lat "$size" 1 -n 2000
+    for d in ${depths//,/ }; do
+      pt_add "ib_read_bw-$size-d$d" ib_read_bw "$size" "$d" -n 10000 -t "$d" -o "$d"
+    done
+    pt_run_batch "$rep"
+    for d in ${depths//,/ }; do
+      extra=()
+      ((cdf && rep == 1 && d == 1)) && extra=("--latency_cdf=$out/kvload/cdf-s$size-d1.txt")
+      kvload_run C-uniform C uniform "$size" "$d" "$rep" "${extra[@]}"
+    done
+    kvload_run W-uniform W uniform "$size" 1 "$rep"
+    if [[ -n $mix && $size == "$mix_size" ]]; then
+      for wl in A B C; do
+        for dist in uniform zipfian; do
+          [[ $wl == C && $dist == uniform && ,$depths, == *,$mix_depth,* ]] && continue
+          kvload_run "$wl-$dist" "$wl" "$dist" "$size" "$mix_depth" "$rep"
+        done
+      done
+    fi
+  done
+done
+kv_admin stats >"$out/kvnode-stats.json" 2>/dev/null || true
+KV_STOP_TIMEOUT=60 kv_stop_node
+kv_log "done: $(wc -l <"$runs") records in $runs"
