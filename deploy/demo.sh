@@ -45,21 +45,71 @@ if [[ $mode == --inner ]]; then
     sleep 0.1 # polling a condition under a deadline
   done
   "$build/client/tools/kvctl" --admin_socket "$admin" ping
-  echo "== kvload: preload 10000 keys, then YCSB A with --verify for ${dur}s (4 clients, depth 4)"
-  rc=0
+  kvctl() { "$build/client/tools/kvctl" --admin_socket "$admin" "$@"; }
+  ping_field() { kvctl --json ping | grep -o "\"$1\":[0-9]*" | cut -d: -f2; }
+  gone() { [[ ! -e /proc/$1 ]] || grep -q '^State:[[:space:]]*Z' "/proc/$1/status"; }
+  upgrades=${DEMO_UPGRADES:-3}
+  echo "== kvload: preload 10000 keys, then YCSB A with --verify (8 clients, depth 4);"
+  echo "   $upgrades live upgrades (SIGUSR2) in the middle of the run"
+  t_base=$(date +%s%N)
   "$build/client/tools/kvload" --server "127.0.0.1:$port" --auth_token_file "$token" \
-    --workload A --keys 10000 --value_size 64 --clients 4 --threads 2 --depth 4 --preload \
-    --duration "$dur" --verify --ack_log "$dir/acks.log" --report "$dir/report.json" || rc=$?
+    --workload A --keys 10000 --value_size 64 --clients 8 --threads 2 --depth 4 --preload \
+    --duration 100000 --verify --ack_log "$dir/acks.log" --report "$dir/report.json" \
+    --connect_timeout_ms 5000 --timeout_ms 30000 --progress=false >"$dir/kvload.log" 2>&1 &
+  load_pid=$!
+  until [[ $(kvctl --json stats | grep -o '"clients":[0-9]*' | cut -d: -f2) == 8 ]]; do
+    sleep 0.2 # polling a condition (kvload connected) under kvload's own deadline
+    kill -0 "$load_pid" || { tail "$dir/kvload.log"; exit 1; }
+  done
+  sleep "${DEMO_STEADY_S:-5}" # steady load before and between upgrades (the demo's pacing)
+  windows=()
+  for ((i = 1; i <= upgrades; i++)); do
+    old=$(ping_field pid)
+    gen=$(ping_field generation)
+    t0=$(date +%s%N)
+    kill -USR2 "$old"
+    until [[ $(ping_field generation) == $((gen + 1)) ]]; do sleep 0.05; done # poll
+    new=$(ping_field pid)
+    until gone "$old"; do sleep 0.05; done # poll: the old process exits by itself
+    t1=$(date +%s%N)
+    [[ $old == "$node_pid" ]] && { wait "$node_pid" || echo "old process exited non-zero"; }
+    windows+=("$i $old $new $t0 $t1")
+    echo "   upgrade $i: pid $old -> $new (generation $((gen + 1))), old process exited" \
+      "$(((t1 - t0) / 1000000)) ms after the signal"
+    sleep "${DEMO_STEADY_S:-5}" # pacing between upgrades
+  done
+  node_pid=$(ping_field pid)
+  kill -INT "$load_pid"
+  rc=0
+  wait "$load_pid" || rc=$?
+  echo "== per upgrade (blackout = longest stretch without a completed operation, 10 ms slots)"
+  for w in "${windows[@]}"; do
+    python3 - "$dir/report.json" "$t_base" $w <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+base = int(sys.argv[2]); i, old, new = sys.argv[3:6]; t0, t1 = int(sys.argv[6]), int(sys.argv[7])
+lo, hi = (t0 - base) / 1e6, (t1 - base) / 1e6 + 1000
+slot = r["timeline_slot_ms"]; gap = run = mx = 0.0
+for s in r["timeline"]:
+    if s["t_ms"] + slot < lo or s["t_ms"] > hi: continue
+    mx = max(mx, s["max_latency_us"]); run = run + slot if s["ops"] == 0 else 0.0; gap = max(gap, run)
+print(f"   upgrade {i}: blackout {gap:.0f} ms, max op latency {mx/1000:.1f} ms, "
+      f"failed ops {r['failed_ops']} (whole run), pid {old} -> {new}")
+PY
+  done
+  python3 -c '
+import json, sys
+r = json.load(open(sys.argv[1]))
+print(f"== kvload: {r[\"ops\"]} ops, failed {r[\"failed_ops\"]}, verify errors {r[\"verify_errors\"]}, "
+      f"stale reads {r[\"stale_reads\"]}, moves {r[\"client\"][\"moves\"]}")' "$dir/report.json"
   echo "== kvctl stats"
-  "$build/client/tools/kvctl" --admin_socket "$admin" stats
-  echo "== stopping kvnode (SIGTERM)"
+  kvctl stats
+  echo "== stopping kvnode (SIGTERM to pid $node_pid)"
   kill -TERM "$node_pid"
-  node_rc=0
-  wait "$node_pid" || node_rc=$?
-  node_pid=""
-  grep -E "clean shutdown" "$dir/kvnode.log" | tail -1 || true
-  echo "kvnode exited $node_rc; kvload exited $rc; report: $dir/report.json"
-  ((rc == 0 && node_rc == 0))
+  until gone "$node_pid"; do sleep 0.05; done # poll
+  grep -E "kvnode: exit" "$dir/kvnode.log" | tail -1 || true
+  echo "kvload exited $rc; report: $dir/report.json"
+  ((rc == 0))
   exit 0
 fi
 

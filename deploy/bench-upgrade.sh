@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# Live upgrade vs naive restart, under the same kvload load, for each key count
+# (BENCH_KEYS, default "100000 1000000"), in one run on a verbs device (in
+# deploy/rxe-vm when the host has none). Not a test: it prints a table.
+#
+# Per key count, on one node:
+#   preload   kvload --preload (every key written once)
+#   steady    kvload for BENCH_RUN_S s without disturbance
+#   live      kvload for BENCH_RUN_S s, SIGUSR2 after BENCH_AT_S s
+#   naive     kvload for BENCH_RUN_S s, after BENCH_AT_S s SIGTERM, start the
+#             binary again (the arena is rebuilt from RocksDB), clients reconnect
+# Reported per run: blackout (longest gap between completed operations, from
+# kvload), p99 and max latency of the run (steady vs the run holding the
+# event), failed ops, and signal -> old process exit (live) / signal -> new
+# process answering (naive).
+#
+#   deploy/bench-upgrade.sh                        build in build/, run (VM if needed)
+#   KVNODE_BUILD_DIR=DIR BENCH_KEYS=100000 deploy/bench-upgrade.sh --no-build
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+source deploy/lib.sh
+build=${KVNODE_BUILD_DIR:-$PWD/build}
+mode=${1:-}
+
+if [[ $mode == --inner ]]; then
+  keys_list=${BENCH_KEYS:-"100000 1000000"}
+  run_s=${BENCH_RUN_S:-40}
+  at_s=${BENCH_AT_S:-5}
+  node=$build/server/kvnode
+  kvload=$build/client/tools/kvload
+  kvctl=$build/client/tools/kvctl
+  results=$(mktemp /tmp/bench-upgrade.XXXXXX.txt)
+  node_pid=""
+  cleanup() { [[ -n $node_pid ]] && kill -KILL "$node_pid" 2>/dev/null; return 0; }
+  trap cleanup EXIT
+  gone() { [[ ! -e /proc/$1 ]] || grep -q '^State:[[:space:]]*Z' "/proc/$1/status"; }
+  ping_field() { "$kvctl" --admin_socket "$admin" --json ping 2>/dev/null | grep -o "\"$1\":[0-9]*" | cut -d: -f2; }
+  start_node() {
+    "$node" --listen "127.0.0.1:$port" --db_path "$dir/db" --shm_name "$shm" \
+      --admin_socket "$admin" --auth_token_file "$token" --arena_size "$arena" \
+      --sync_writes=false --max_clients 16 >>"$dir/kvnode.log" 2>&1 &
+    node_pid=$!
+    until [[ -n $(ping_field pid) ]]; do
+      kill -0 "$node_pid" 2>/dev/null || { tail "$dir/kvnode.log"; exit 1; }
+      sleep 0.05 # polling a condition (the node answers)
+    done
+  }
+  load() { # load NAME [extra kvload flags]
+    local name=$1
+    shift
+    "$kvload" --server "127.0.0.1:$port" --auth_token_file "$token" --workload A \
+      --keys "$keys" --value_size 64 --clients 4 --threads 2 --depth 4 --seed 7 \
+      --connect_timeout_ms 5000 --timeout_ms 120000 --progress=false \
+      --report "$dir/$name.json" "$@" >"$dir/$name.log" 2>&1
+  }
+  row() { # row KEYS NAME EVENT_MS
+    python3 - "$dir/$2.json" "$1" "$2" "$3" <<'PY' | tee -a "$results"
+import json, sys
+r = json.load(open(sys.argv[1]))
+l = r["latency_us"]
+print(f"{sys.argv[2]:>8} {sys.argv[3]:<7} blackout {r['blackout_ms']:8.1f} ms  p99 {l['p99']/1000:8.2f} ms"
+      f"  max {l['max']/1000:8.1f} ms  failed {r['failed_ops']}  ops {r['ops']}  event {sys.argv[4]} ms")
+PY
+  }
+  for keys in $keys_list; do
+    dir=$(mktemp -d /tmp/bench-upgrade.XXXXXX)
+    token="$dir/token"
+    (umask 077 && head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$token")
+    admin="$dir/admin/admin.sock"
+    port=$((7100 + RANDOM % 500))
+    shm="kvnode-bench-$$-$keys"
+    # ~200 bytes per key (object, slot, allocator) plus headroom.
+    arena=$(((keys * 256 + (64 << 20)) / 4096 * 4096))
+    start_node
+    t=$(date +%s%N)
+    load preload --preload --ops 1
+    echo "== $keys keys preloaded in $((($(date +%s%N) - t) / 1000000)) ms (arena $arena bytes)"
+    load steady --duration "$run_s"
+    row "$keys" steady 0
+
+    load live --duration "$run_s" &
+    lp=$!
+    sleep "$at_s" # the benchmark's schedule: the event happens at_s into the run
+    old=$node_pid
+    gen=$(ping_field generation)
+    t0=$(date +%s%N)
+    kill -USR2 "$old"
+    until [[ $(ping_field generation) == $((gen + 1)) ]]; do sleep 0.02; done # poll
+    until gone "$old"; do sleep 0.02; done # poll
+    live_ms=$((($(date +%s%N) - t0) / 1000000))
+    wait "$old" || echo "old process exited non-zero"
+    node_pid=$(ping_field pid)
+    wait "$lp" || true
+    row "$keys" live "$live_ms"
+
+    load naive --duration "$run_s" &
+    lp=$!
+    sleep "$at_s" # the benchmark's schedule
+    old=$node_pid
+    t0=$(date +%s%N)
+    kill -TERM "$old"
+    until gone "$old"; do sleep 0.02; done # poll
+    start_node
+    naive_ms=$((($(date +%s%N) - t0) / 1000000))
+    wait "$lp" || true
+    row "$keys" naive "$naive_ms"
+    grep -E "store .*: (rebuilt|reattached|created)" "$dir/kvnode.log" | tail -1 || true
+    kill -TERM "$node_pid"
+    until gone "$node_pid"; do sleep 0.02; done # poll
+    wait "$node_pid" 2>/dev/null || true
+    node_pid=""
+  done
+  echo "== summary (event = live: signal -> old process exit; naive: SIGTERM -> new process answering)"
+  cat "$results"
+  exit 0
+fi
+
+if [[ $mode != --no-build ]]; then
+  cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  cmake --build "$build" -j 2 --target kvnode kvload kvctl
+fi
+if kv_active_device >/dev/null; then
+  KVNODE_BUILD_DIR=$build exec deploy/bench-upgrade.sh --inner
+fi
+exec deploy/rxe-vm --rw "$build" -- env KVNODE_BUILD_DIR="$build" BENCH_KEYS="${BENCH_KEYS:-}" \
+  BENCH_RUN_S="${BENCH_RUN_S:-40}" BENCH_AT_S="${BENCH_AT_S:-5}" "$PWD/deploy/bench-upgrade.sh" --inner
