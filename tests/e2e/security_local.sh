@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# The security model from the host side (docs/security.md): local users.
+#   memlock   a non-root node whose arena exceeds its RLIMIT_MEMLOCK (8 MiB for
+#             non-root users in deploy/rxe-vm) refuses to start with a message
+#             naming the limit and how to raise it; within the limit the same
+#             user's node starts
+#   owner     that non-root node's arena shm object (0600), admin socket (0600)
+#             and its directory (0700) belong to the node's user; root's
+#             admin requests are accepted (SO_PEERCRED: same uid or root)
+#   squat     a shm object another user created under the node's arena name
+#             (readable by all, or owned by that user) is refused, never
+#             rebuilt over, and left as it was
+# Needs root in the VM (to become uid 65534 with setpriv).
+source "$(dirname "$0")/lib.sh"
+kv_require_device
+[[ $(id -u) -eq 0 ]] || kv_fail "needs root (the VM runs tests as root) to act as a second uid"
+id nobody >/dev/null 2>&1 || kv_fail "no user nobody"
+as_nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }
+
+base=$(mktemp -d "/tmp/kv-e2e-$KV_TEST.XXXXXX")
+chmod 755 "$base"
+KV_DIR="$base/nobody"
+mkdir -m 700 "$KV_DIR"
+chown 65534:65534 "$KV_DIR"
+KV_TOKEN="$KV_DIR/token"
+(umask 077 && head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$KV_TOKEN")
+chown 65534:65534 "$KV_TOKEN"
+limit_kib=$(as_nobody bash -c 'ulimit -l')
+kv_log "RLIMIT_MEMLOCK of uid 65534: $limit_kib KiB"
+[[ $limit_kib != unlimited ]] || kv_fail "uid 65534 has no memlock limit here"
+
+# Runs kvnode as nobody; $1 tag, rest: flags. Sets KV_PID KV_LOG KV_ADMIN KV_SHM.
+nobody_node() {
+  local tag=$1
+  shift
+  KV_SHM="kvnode-e2e-$$-$tag"
+  KV_ADMIN="$KV_DIR/admin-$tag/admin.sock"
+  KV_LOG="$base/kvnode-$tag.log"
+  # setpriv execs the node: KV_PID is the node's pid (no subshell between).
+  setpriv --reuid=65534 --regid=65534 --clear-groups "$KV_NODE_BIN" --listen 127.0.0.1:0 \
+    --db_path "$KV_DIR/db-$tag" --shm_name "$KV_SHM" \
+    --admin_socket "$KV_ADMIN" --auth_token_file "$KV_TOKEN" --sync_writes=false "$@" \
+    >"$KV_LOG" 2>&1 &
+  KV_PID=$!
+}
+exited() { ! kill -0 "$KV_PID" 2>/dev/null; }
+
+# --- memlock: arena 4x the limit ---------------------------------------------
+nobody_node big --arena_size $((limit_kib * 4 * 1024)) --max_clients 2 --rpc_credits 2
+kv_wait_for 120 exited || kv_fail "a node over its memlock limit kept running"
+rc=0
+wait "$KV_PID" || rc=$?
+[[ $rc -ne 0 ]] || kv_fail "over the memlock limit the node exited 0"
+grep -q "RLIMIT_MEMLOCK" "$KV_LOG" || { cat "$KV_LOG" >&2; kv_fail "no message naming RLIMIT_MEMLOCK"; }
+kv_ok "memlock: refused (exit $rc): $(grep -m1 -o 'cannot start: .*' "$KV_LOG" | cut -c1-300)"
+[[ ! -e /dev/shm/$KV_SHM ]] || kv_log "note: the refused node left /dev/shm/$KV_SHM (a dirty arena, rebuilt at the next start)"
+rm -f "/dev/shm/$KV_SHM"
+KV_PID=""
+
+# --- the same user within its limit: starts; its files are its own ------------
+nobody_node small --arena_size $((2 << 20)) --max_clients 2 --rpc_credits 2
+kv_wait_for 120 kv_admin ping || { cat "$KV_LOG" >&2; kv_fail "a node within its memlock limit did not start"; }
+KV_ADDR=$(kv_admin ping | grep -o '"listen":"[^"]*"' | cut -d'"' -f4)
+for f in "/dev/shm/$KV_SHM:600" "$KV_ADMIN:600" "$(dirname "$KV_ADMIN"):700"; do
+  got=$(stat -c '%a %U' "${f%:*}")
+  [[ $got == "${f##*:} nobody" ]] || kv_fail "${f%:*} is '$got', expected '${f##*:} nobody'"
+done
+kv_ok "owner: uid 65534's node has its arena 0600, admin socket 0600 in a 0700 dir, all owned by nobody; root's admin requests answered"
+kv_raw --mode put_get --n 20 >"$base/put_get.out" 2>&1 || { cat "$base/put_get.out" >&2; kv_fail "put_get against the non-root node"; }
+kv_ok "non-root node serves: $(tail -n 1 "$base/put_get.out")"
+kv_stop_node
+
+# --- squat: another user's object under the arena's name -----------------------
+KV_TOKEN="$base/root-token"
+(umask 077 && head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$KV_TOKEN")
+for squat in 666:nobody 600:nobody; do
+  mode=${squat%:*}
+  KV_SHM="kvnode-e2e-$$-squat-$mode"
+  as_nobody bash -c "umask 0; head -c 4096 /dev/zero > /dev/shm/$KV_SHM; chmod $mode /dev/shm/$KV_SHM"
+  sum=$(md5sum <"/dev/shm/$KV_SHM")
+  KV_LOG="$base/kvnode-squat-$mode.log"
+  KV_ADMIN="$base/admin-squat-$mode/admin.sock"
+  "$KV_NODE_BIN" --listen 127.0.0.1:0 --db_path "$base/db-squat-$mode" --shm_name "$KV_SHM" \
+    --admin_socket "$KV_ADMIN" --auth_token_file "$KV_TOKEN" --arena_size $((8 << 20)) \
+    >"$KV_LOG" 2>&1 &
+  KV_PID=$!
+  kv_wait_for 120 exited || kv_fail "squat $mode: the node started on another user's arena"
+  rc=0
+  wait "$KV_PID" || rc=$?
+  KV_PID=""
+  [[ $rc -ne 0 ]] || kv_fail "squat $mode: exit 0"
+  [[ $(md5sum <"/dev/shm/$KV_SHM") == "$sum" ]] || kv_fail "squat $mode: the object was modified"
+  [[ $(stat -c '%a %U' "/dev/shm/$KV_SHM") == "$mode nobody" ]] || kv_fail "squat $mode: mode/owner changed"
+  kv_ok "squat ($mode nobody): refused (exit $rc), object untouched: $(grep -m1 -o 'cannot start: .*' "$KV_LOG" | cut -c1-200)"
+  rm -f "/dev/shm/$KV_SHM"
+done
+KV_SHM=""
+echo "security_local: PASS"
