@@ -74,6 +74,9 @@ DEFINE_string(upgrade_test_incompatible, "",
               "capability");
 DEFINE_int64(upgrade_move_deadline_ms, 5000,
              "live upgrade: a client that has not acknowledged Move by then is cut");
+DEFINE_int64(upgrade_hello_deadline_ms, 30000,
+             "live upgrade: the new process must have validated the header and said Hello by "
+             "then (exec of a large binary is slow under emulation)");
 DEFINE_int64(upgrade_ready_deadline_ms, 60000,
              "live upgrade: the new process must be registered and Ready by then");
 DEFINE_int64(upgrade_pause_deadline_ms, 10000,
@@ -159,6 +162,7 @@ int main(int argc, char** argv) {
   uo.build_id = o.build_id;
   uo.shm_name = o.shm_name;
   uo.move_deadline = absl::Milliseconds(FLAGS_upgrade_move_deadline_ms);
+  uo.hello_deadline = absl::Milliseconds(FLAGS_upgrade_hello_deadline_ms);
   uo.ready_deadline = absl::Milliseconds(FLAGS_upgrade_ready_deadline_ms);
   uo.pause_deadline = absl::Milliseconds(FLAGS_upgrade_pause_deadline_ms);
   uo.owned_deadline = absl::Milliseconds(FLAGS_upgrade_owned_deadline_ms);

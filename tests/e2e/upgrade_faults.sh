@@ -56,7 +56,7 @@ for cell in $cells; do
   expect=$(expect_for "$cell")
   UP_FIRST_PID=""
   KV_NODE_BIN=${KV_BUILD}/server/kvnode
-  kv_start_node --upgrade_fault="$cell" --upgrade_ready_deadline_ms=20000 \
+  kv_start_node "${UP_NODE_FLAGS[@]}" --upgrade_fault="$cell" --upgrade_ready_deadline_ms=20000 \
     --upgrade_owned_deadline_ms=20000 --upgrade_old_exit_deadline_ms=10000
   UP_FIRST_PID=$KV_PID
   o_pid=$KV_PID
@@ -93,7 +93,8 @@ for cell in $cells; do
     wait "$o_pid" 2>/dev/null || true
     "$KV_BUILD/server/kvnode" --listen "$KV_ADDR" --db_path "$KV_DIR/db" --shm_name "$KV_SHM" \
       --admin_socket "$KV_ADMIN" --auth_token_file "$KV_TOKEN" --pid_file "$KV_DIR/pid" \
-      --arena_size $((32 << 20)) --sync_writes=false --max_clients 16 >>"$KV_LOG" 2>&1 &
+      --arena_size $((32 << 20)) --sync_writes=false --max_clients 16 "${UP_NODE_FLAGS[@]}" \
+      >>"$KV_LOG" 2>&1 &
     KV_PID=$!
     UP_FIRST_PID=$KV_PID
     kv_wait_for 60 kv_admin ping || kv_fail "$cell: restarted node did not answer"

@@ -12,6 +12,12 @@
 #                               "blackout_ms max_latency_ms" of kvload's
 #                               timeline between T0 and T1 (ns, same clock as T_BASE)
 
+# Node flags of the upgrade e2e tests. A TCG guest on a loaded host starves
+# kvload's threads for seconds at a time (and a client's Move handshake is
+# synchronous in its polling thread, delaying the keepalives of the clients
+# that share the thread): 10 missed keepalives, not 3, before a cut.
+UP_NODE_FLAGS=(--keepalive_misses=10)
+
 up_make_builds() {
   local dir=$1 real=${KV_NODE_BIN_REAL:-$KV_BUILD/server/kvnode}
   for b in a b; do

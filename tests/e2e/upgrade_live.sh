@@ -18,7 +18,7 @@ n=${KV_UPGRADES:-2}
 bins=$(mktemp -d /tmp/kv-e2e-upgrade-bins.XXXXXX)
 up_make_builds "$bins"
 KV_NODE_BIN=$bins/kvnode-a
-kv_start_node
+kv_start_node "${UP_NODE_FLAGS[@]}"
 UP_FIRST_PID=$KV_PID
 base_qp=$(up_rdma_count qp "$KV_PID")
 base_mr=$(up_rdma_count mr "$KV_PID")
@@ -28,7 +28,7 @@ acks="$KV_DIR/acks.log"
 report="$KV_DIR/report.json"
 t_base=$(date +%s%N)
 "$KV_KVLOAD" --server "$KV_ADDR" --auth_token_file "$KV_TOKEN" --workload A --clients 8 \
-  --threads 2 --depth 4 --keys 2000 --value_size 64 --preload --duration 100000 --verify \
+  --threads 4 --depth 4 --keys 2000 --value_size 64 --preload --duration 100000 --verify \
   --ack_log "$acks" --report "$report" --progress=false --connect_timeout_ms 5000 --timeout_ms "${KV_OP_TIMEOUT_MS:-30000}" \
   >"$KV_DIR/kvload.log" 2>&1 &
 load_pid=$!

@@ -45,7 +45,7 @@ rollbacks_are() { [[ $(kv_stat rollbacks) == "$1" ]]; }
 kill_all() { for p in "$@"; do kill -KILL "$p" 2>/dev/null || true; done; }
 
 # --- A ---------------------------------------------------------------------------
-kv_start_node --upgrade_binary="$bins/incompatible"
+kv_start_node "${UP_NODE_FLAGS[@]}" --upgrade_binary="$bins/incompatible"
 UP_FIRST_PID=$KV_PID
 start_load
 accepted=$(kv_stat sessions_accepted)
@@ -81,7 +81,7 @@ up_stop_node
 kv_ok "A: incompatible refused unnoticed; second request refused; next one works"
 
 # --- B ---------------------------------------------------------------------------
-kv_start_node --upgrade_fault=n_ready:hang
+kv_start_node "${UP_NODE_FLAGS[@]}" --upgrade_fault=n_ready:hang
 UP_FIRST_PID=$KV_PID
 start_load
 kill -USR2 "$KV_PID"
@@ -99,7 +99,7 @@ up_stop_node
 kv_ok "B: SIGKILL of N before it owned RocksDB: O serves on"
 
 # --- C ---------------------------------------------------------------------------
-kv_start_node --upgrade_fault=o_move_clients:hang
+kv_start_node "${UP_NODE_FLAGS[@]}" --upgrade_fault=o_move_clients:hang
 UP_FIRST_PID=$KV_PID
 o_pid=$KV_PID
 start_load

@@ -66,7 +66,7 @@ struct NodeUpgradeOptions {
   std::string shm_name = "";
 
   absl::Duration exec_deadline = absl::Seconds(10);       // default 10 s
-  absl::Duration hello_deadline = absl::Seconds(10);      // default 10 s
+  absl::Duration hello_deadline = absl::Seconds(30);      // default 30 s
   absl::Duration ready_deadline = absl::Seconds(60);      // default 60 s
   absl::Duration pause_deadline = absl::Seconds(10);      // writes in flight; default 10 s
   absl::Duration owned_deadline = absl::Seconds(30);      // default 30 s
