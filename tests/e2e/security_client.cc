@@ -1,0 +1,1013 @@
+// kvnode_security_client: attacks on the node, one --mode per attack of
+// docs/security.md. Speaks the wire protocol with kvproto + kvrdma directly
+// (no libkvclient) so that it can misbehave. Each mode exits 0 when the node
+// defended itself as specified, 1 otherwise (reason on stderr); the summary
+// line on stdout is what the e2e script logs.
+//
+//   --mode=bad_auth_qpn     wrong tokens (equal length, prefix, empty) are
+//                           refused and create no QP: the server QPs of two
+//                           probe sessions around --n refused Hellos are
+//                           consecutive QP numbers (rxe allocates QPNs
+//                           cyclically)
+//   --mode=window_attack    READ with another client's rkey (--victim_rkey),
+//                           the arena MR's key (--arena_key), the RPC pool
+//                           MR's key (--pool_key), past the arena's end,
+//                           and an RDMA WRITE through our own window: each
+//                           fails on our QP and the node cuts our session
+//   --mode=rejoin           a client's window dies with its session: its old
+//                           rkey fails from its next session's QP (after a
+//                           Goodbye and after a cut)
+//   --mode=max_clients      --n sessions fill the node; the next Hello (new id
+//                           and resumed id) gets Error{too many clients}; the
+//                           held sessions keep working; one leaves, one joins
+//   --mode=credits          sends --n RPCs back to back on a QP with
+//                           rnr_retry 0: more than Welcome.max_rpc_credits
+//                           outstanding is refused by the NIC (RNR) on our QP
+//   --mode=sizes            PUT at the key/value limits succeeds (and READs
+//                           back); one byte more is REJECTED and not stored
+//   --mode=arena_fill       --n PUTs of --value_size bytes (more than the
+//                           arena holds): all acknowledged and read back
+//   --mode=slowloris        --n connections that never finish the handshake
+//                           (no bytes, half a Hello, Hello without ClientQp):
+//                           each cut with Goodbye{idle timeout} in time
+//   --mode=burst            --n connection attempts at once (loopback only);
+//                           the node's fd count (--node_pid) stays under
+//                           --max_node_fds; prints how many were refused
+//   --mode=admin_probe      one admin request; prints what happened
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <gflags/gflags.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "kvnode/proto/control.h"
+#include "kvnode/proto/frame_io.h"
+#include "kvnode/proto/rpc.h"
+#include "kvnode/rdma/cq.h"
+#include "kvnode/rdma/device.h"
+#include "kvnode/rdma/memory.h"
+#include "kvnode/rdma/mr.h"
+#include "kvnode/rdma/pd.h"
+#include "kvnode/rdma/qp.h"
+#include "kvnode/storage/format.h"
+#include "kvnode/storage/limits.h"
+#include "kvnode/storage/read_path.h"
+
+DEFINE_string(server, "127.0.0.1:7000", "node address");
+DEFINE_string(auth_token_file, "", "token file");
+DEFINE_string(mode, "", "the attack (see the file comment)");
+DEFINE_int32(n, 10, "count (mode specific)");
+DEFINE_int32(value_size, 16384, "arena_fill: value bytes");
+DEFINE_string(rdma_device, "", "verbs device (default: first ACTIVE)");
+DEFINE_double(timeout_s, 20, "deadline for each expected answer");
+DEFINE_uint32(victim_rkey, 0, "window_attack: another client's rkey");
+DEFINE_uint32(arena_key, 0,
+              "window_attack: the arena MR's key (lkey; its rkey is 0 without remote access)");
+DEFINE_uint32(pool_key, 0, "window_attack: the RPC pool MR's key (lkey)");
+DEFINE_double(handshake_timeout_s, 5, "slowloris: the node's --handshake_timeout_ms / 1000");
+DEFINE_int32(node_pid, 0, "burst: the node's pid (its fds are counted)");
+DEFINE_int32(max_node_fds, 0, "burst: the node may never hold more fds than this");
+DEFINE_string(admin_socket, "", "admin_probe: the socket");
+DEFINE_string(cmd, "ping", "admin_probe: the request line");
+
+namespace {
+
+using namespace kvnode;  // NOLINT: a test tool
+
+absl::Time Deadline() { return absl::Now() + absl::Seconds(FLAGS_timeout_s); }
+rdma::Deadline RdmaDeadline() {
+  return rdma::DeadlineIn(std::chrono::milliseconds(static_cast<int64_t>(FLAGS_timeout_s * 1000)));
+}
+
+[[noreturn]] void Fail(const std::string& why) {
+  std::cerr << "security_client[" << FLAGS_mode << "]: FAIL: " << why << std::endl;
+  _exit(1);
+}
+void Note(const std::string& what) {
+  std::cerr << "security_client[" << FLAGS_mode << "]: " << what << std::endl;
+}
+
+std::string ReadToken() {
+  if (FLAGS_auth_token_file.empty()) return "";
+  FILE* f = fopen(FLAGS_auth_token_file.c_str(), "r");
+  if (f == nullptr) Fail("cannot open token file");
+  char buf[2048];
+  const size_t n = fread(buf, 1, sizeof(buf), f);
+  fclose(f);
+  std::string t(buf, n);
+  while (!t.empty() && (t.back() == '\n' || t.back() == '\r')) t.pop_back();
+  return t;
+}
+
+// Non-blocking when `nonblock`: returns the fd with the connect in progress.
+int Dial(bool nonblock = false) {
+  absl::StatusOr<proto::HostPort> hp = proto::ParseHostPort(FLAGS_server);
+  if (!hp.ok()) Fail(hp.status().ToString());
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(hp->host.c_str(), std::to_string(hp->port).c_str(), &hints, &res) != 0) {
+    Fail("getaddrinfo");
+  }
+  const int fd =
+      socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC | (nonblock ? SOCK_NONBLOCK : 0), 0);
+  if (fd < 0) Fail(absl::StrCat("socket: ", strerror(errno)));
+  if (connect(fd, res->ai_addr, res->ai_addrlen) != 0 && !(nonblock && errno == EINPROGRESS)) {
+    Fail(absl::StrCat("connect ", FLAGS_server, ": ", strerror(errno)));
+  }
+  freeaddrinfo(res);
+  const int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  return fd;
+}
+
+std::string TypeName(const proto::ControlMessage& m) {
+  return proto::MessageTypeName(static_cast<uint16_t>(proto::TypeOf(m)));
+}
+
+// ---- the process-wide verbs context (one device, PD and CQ for every
+// session, so that a mode can open many sessions cheaply) -------------------
+struct Rdma {
+  std::shared_ptr<rdma::Device> dev;
+  std::shared_ptr<rdma::Pd> pd;
+  std::shared_ptr<rdma::Cq> cq;
+};
+Rdma& Ctx() {
+  static Rdma* r = [] {
+    auto* x = new Rdma;
+    rdma::DeviceOptions dopt;
+    dopt.name = FLAGS_rdma_device;
+    auto dev = rdma::Device::Open(dopt);
+    if (!dev.ok()) Fail(dev.status().ToString());
+    x->dev = *dev;
+    auto pd = rdma::Pd::Create(x->dev);
+    if (!pd.ok()) Fail(pd.status().ToString());
+    x->pd = *pd;
+    rdma::CqOptions co;
+    co.depth = 4096;
+    auto cq = rdma::Cq::Create(x->dev, co);
+    if (!cq.ok()) Fail(cq.status().ToString());
+    x->cq = *cq;
+    return x;
+  }();
+  return *r;
+}
+
+// A session with one QP and its own 128 KiB registered buffer. Sessions in
+// `g_live` get their keepalives answered while the tool waits on another one.
+struct Session {
+  int fd = -1;
+  proto::Welcome w;
+  storage::Geometry g;
+  rdma::HostMemory mem;
+  std::shared_ptr<rdma::Mr> mr;
+  std::unique_ptr<rdma::Qp> qp;
+  uint64_t wr = 1;
+  bool dead = false;  // the node closed it
+  static constexpr uint64_t kRecvOff = 0;
+  static constexpr uint64_t kSendOff = 32768;
+  static constexpr uint64_t kReadOff = 65536;
+  static constexpr uint64_t kBytes = 131072;
+
+  ~Session();
+};
+std::vector<Session*> g_live;
+// RPC sequences, process-wide: a resumed client id continues its sequence
+// (the node answers a reused one from its dedupe window).
+uint64_t g_seq = 1;
+Session::~Session() {
+  g_live.erase(std::remove(g_live.begin(), g_live.end(), this), g_live.end());
+  qp.reset();
+  if (mr) (void)rdma::SafeDeregister(*mr, rdma::DeadlineIn(std::chrono::seconds(2)));
+  if (fd >= 0) close(fd);
+}
+
+// Answers pending keepalives of every live session except `skip`.
+void PumpOthers(const Session* skip) {
+  for (Session* s : g_live) {
+    if (s == skip || s->dead) continue;
+    for (;;) {
+      pollfd p{s->fd, POLLIN, 0};
+      if (poll(&p, 1, 0) <= 0) break;
+      auto m = proto::ReadControl(s->fd, Deadline());
+      if (!m.ok()) {
+        Fail(absl::StrCat("held session of client ", s->w.client_id,
+                          " lost its control connection: ", m.status().ToString()));
+      }
+      if (auto* k = std::get_if<proto::Keepalive>(&*m)) {
+        (void)proto::WriteControl(s->fd, proto::KeepaliveAck{k->nonce}, Deadline());
+      } else if (!std::holds_alternative<proto::KeepaliveAck>(*m)) {
+        Fail(absl::StrCat("held session of client ", s->w.client_id, " got ", TypeName(*m)));
+      }
+    }
+  }
+}
+
+// Next non-keepalive message on fd (keepalives answered), other sessions
+// pumped meanwhile. Error status on EOF or deadline.
+absl::StatusOr<proto::ControlMessage> NextMessage(int fd, const Session* self) {
+  const absl::Time deadline = Deadline();
+  for (;;) {
+    PumpOthers(self);
+    pollfd p{fd, POLLIN, 0};
+    const int r = poll(&p, 1, 50);
+    if (r == 0) {
+      if (absl::Now() > deadline) return absl::DeadlineExceededError("no message in time");
+      continue;
+    }
+    absl::StatusOr<proto::ControlMessage> m = proto::ReadControl(fd, Deadline());
+    if (!m.ok()) return m.status();
+    if (auto* k = std::get_if<proto::Keepalive>(&*m)) {
+      (void)proto::WriteControl(fd, proto::KeepaliveAck{k->nonce}, Deadline());
+      continue;
+    }
+    if (std::holds_alternative<proto::KeepaliveAck>(*m)) continue;
+    return m;
+  }
+}
+
+template <typename T>
+T Expect(int fd, const char* what, const Session* self = nullptr) {
+  absl::StatusOr<proto::ControlMessage> m = NextMessage(fd, self);
+  if (!m.ok()) Fail(absl::StrCat("waiting for ", what, ": ", m.status().ToString()));
+  if (auto* t = std::get_if<T>(&*m)) return *t;
+  if (auto* e = std::get_if<proto::Error>(&*m)) {
+    Fail(absl::StrCat("waiting for ", what, ": got Error ", static_cast<uint32_t>(e->code), ": ",
+                      e->message));
+  }
+  Fail(absl::StrCat("waiting for ", what, ": got ", TypeName(*m)));
+}
+
+// Expects Error{code} and then the node closing the connection. Returns the
+// error's text.
+std::string ExpectErrorThenClose(int fd, proto::ErrorCode code, const Session* self = nullptr) {
+  absl::StatusOr<proto::ControlMessage> m = NextMessage(fd, self);
+  if (!m.ok()) Fail(absl::StrCat("waiting for Error: ", m.status().ToString()));
+  auto* e = std::get_if<proto::Error>(&*m);
+  if (e == nullptr) Fail(absl::StrCat("expected Error, got ", TypeName(*m)));
+  if (e->code != code) {
+    Fail(absl::StrCat("expected Error code ", static_cast<uint32_t>(code), ", got ",
+                      static_cast<uint32_t>(e->code), ": ", e->message));
+  }
+  absl::StatusOr<proto::ControlMessage> after = NextMessage(fd, self);
+  if (after.ok()) Fail(absl::StrCat("the node sent ", TypeName(*after), " after Error"));
+  return e->message;
+}
+
+proto::QpInfo ToQpInfo(const rdma::PeerInfo& me) {
+  proto::QpInfo q;
+  q.qpn = me.qp_num;
+  q.psn = me.psn;
+  std::memcpy(q.gid.data(), me.gid, 16);
+  q.lid = me.lid;
+  q.mtu = me.mtu;
+  q.port = me.port;
+  return q;
+}
+
+// Hello (client_id, token) .. Ready. qo: our QP's options.
+std::unique_ptr<Session> Open(uint64_t client_id = 0, rdma::QpOptions qo = {}) {
+  Rdma& r = Ctx();
+  auto s = std::make_unique<Session>();
+  s->fd = Dial();
+  proto::Hello h;
+  h.client_id = client_id;
+  h.auth_token = ReadToken();
+  h.client_name = "security_client";
+  if (!proto::WriteControl(s->fd, h, Deadline()).ok()) Fail("send Hello");
+  s->w = Expect<proto::Welcome>(s->fd, "Welcome");
+  absl::StatusOr<storage::Geometry> g = storage::Geometry::Decode(s->w.index_geometry);
+  if (!g.ok()) Fail(absl::StrCat("geometry: ", g.status().ToString()));
+  s->g = *g;
+  auto mem = rdma::HostMemory::Allocate(Session::kBytes);
+  if (!mem.ok()) Fail(mem.status().ToString());
+  s->mem = std::move(*mem);
+  auto mr = rdma::Mr::Register(r.pd, s->mem.data(), s->mem.size(), rdma::MrOptions{});
+  if (!mr.ok()) Fail(mr.status().ToString());
+  s->mr = *mr;
+  qo.remote_access = 0;
+  auto qp = rdma::Qp::Create(r.pd, r.cq, r.cq, qo);
+  if (!qp.ok()) Fail(qp.status().ToString());
+  s->qp = std::move(*qp);
+  rdma::PeerInfo peer;
+  peer.qp_num = s->w.server_qp.qpn;
+  peer.psn = s->w.server_qp.psn;
+  std::memcpy(peer.gid, s->w.server_qp.gid.data(), 16);
+  peer.lid = s->w.server_qp.lid;
+  peer.mtu = s->w.server_qp.mtu;
+  peer.port = s->w.server_qp.port;
+  peer.use_grh = r.dev->is_roce() ? 1 : 0;
+  if (absl::Status st = s->qp->Connect(peer); !st.ok()) Fail(st.ToString());
+  proto::ClientQp cq_msg;
+  cq_msg.qp = ToQpInfo(s->qp->LocalInfo());
+  if (!proto::WriteControl(s->fd, cq_msg, Deadline()).ok()) Fail("send ClientQp");
+  (void)Expect<proto::Ready>(s->fd, "Ready", s.get());
+  g_live.push_back(s.get());
+  return s;
+}
+
+void Goodbye(Session& s) {
+  (void)proto::WriteControl(s.fd, proto::Goodbye{proto::GoodbyeReason::kClientClose, "bye"},
+                            Deadline());
+}
+
+struct Resp {
+  proto::RpcStatus status;
+  uint64_t sequence;
+  uint64_t version;
+  std::string value;
+};
+
+Resp RawRpc(Session& s, std::string_view bytes) {
+  PumpOthers(nullptr);
+  const uint64_t rwr = s.wr++;
+  if (absl::Status st = s.qp->PostRecv(
+          rwr, rdma::LocalBuf{s.mr.get(), Session::kRecvOff, proto::kMaxRpcMessageSize});
+      !st.ok()) {
+    Fail(st.ToString());
+  }
+  std::memcpy(s.mem.bytes() + Session::kSendOff, bytes.data(), bytes.size());
+  const uint64_t swr = s.wr++;
+  if (absl::Status st = s.qp->PostSend(
+          swr, rdma::LocalBuf{s.mr.get(), Session::kSendOff, static_cast<uint32_t>(bytes.size())});
+      !st.ok()) {
+    Fail(st.ToString());
+  }
+  auto sc = s.qp->WaitFor(swr, rdma::WrKind::kSend, RdmaDeadline());
+  if (!sc.ok() || !sc->ok()) {
+    Fail(absl::StrCat("send completion: ",
+                      sc.ok() ? sc->ToStatus().ToString() : sc.status().ToString()));
+  }
+  auto rc = s.qp->WaitFor(rwr, rdma::WrKind::kRecv, RdmaDeadline());
+  if (!rc.ok() || !rc->ok()) {
+    Fail(absl::StrCat("recv completion: ",
+                      rc.ok() ? rc->ToStatus().ToString() : rc.status().ToString()));
+  }
+  auto r = proto::DecodeResponse(
+      std::span<const uint8_t>(s.mem.bytes() + Session::kRecvOff, rc->byte_len));
+  if (!r.ok()) Fail(absl::StrCat("response: ", r.status().ToString()));
+  return Resp{r->status, r->sequence, r->version, std::string(r->value)};
+}
+
+void PutLe(std::string* out, uint64_t v, int bytes) {
+  for (int i = 0; i < bytes; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+
+// A request encoded by hand (docs/protocol.md 2.1), so that it can break the
+// limits the encoder enforces.
+std::string HandRequest(proto::Opcode op, uint64_t client_id, uint64_t seq, std::string_view key,
+                        std::string_view value) {
+  std::string b;
+  PutLe(&b, proto::kRpcVersion, 1);
+  PutLe(&b, static_cast<uint8_t>(op), 1);
+  PutLe(&b, key.size(), 2);
+  PutLe(&b, value.size(), 4);
+  PutLe(&b, client_id, 8);
+  PutLe(&b, seq, 8);
+  b.append(key);
+  b.append(value);
+  return b;
+}
+
+Resp Rpc(Session& s, proto::Opcode op, std::string_view key, std::string_view value = {}) {
+  const uint64_t seq = g_seq++;
+  Resp r = RawRpc(s, HandRequest(op, s.w.client_id, seq, key, value));
+  if (r.sequence != seq) Fail("response sequence mismatch");
+  return r;
+}
+
+// RDMA READ; returns the completion status.
+ibv_wc_status Read(Session& s, uint64_t offset, uint32_t len, uint32_t rkey, std::string* out) {
+  const uint64_t wr = s.wr++;
+  if (absl::Status st = s.qp->PostRead(wr, rdma::LocalBuf{s.mr.get(), Session::kReadOff, len},
+                                       s.w.arena_remote_addr + offset, rkey);
+      !st.ok()) {
+    Fail(st.ToString());
+  }
+  auto c = s.qp->WaitFor(wr, rdma::WrKind::kRead, RdmaDeadline());
+  if (!c.ok()) Fail(absl::StrCat("READ: no completion: ", c.status().ToString()));
+  if (c->ok() && out != nullptr) {
+    out->assign(reinterpret_cast<const char*>(s.mem.bytes() + Session::kReadOff), len);
+  }
+  return c->status;
+}
+
+// GET by RDMA READ. 1 found, 0 not found, -1 must ask the server.
+int ReadGet(Session& s, const std::string& key, std::string* value) {
+  for (int attempt = 0; attempt < 16; ++attempt) {
+    storage::ReadStep step = storage::FirstRead(s.g, key);
+    for (int hops = 0; hops < 70; ++hops) {
+      std::string bytes;
+      if (Read(s, step.offset, step.length, s.w.rkey, &bytes) != IBV_WC_SUCCESS) {
+        Fail("READ with our own rkey failed");
+      }
+      storage::ReadResult r = storage::Decode(s.g, key, step, bytes);
+      switch (r.outcome) {
+        case storage::ReadResult::Outcome::kFound:
+          value->assign(r.value);
+          return 1;
+        case storage::ReadResult::Outcome::kNotFound:
+          return 0;
+        case storage::ReadResult::Outcome::kSlowPath:
+          return -1;
+        case storage::ReadResult::Outcome::kNext:
+          step = r.next;
+          continue;
+        case storage::ReadResult::Outcome::kRetry:
+          break;
+      }
+      break;
+    }
+  }
+  return -1;
+}
+
+// GET by READ, falling back to RPC. Returns the value or nullopt (absent).
+std::optional<std::string> Get(Session& s, const std::string& key, bool* by_read = nullptr) {
+  std::string v;
+  const int rr = ReadGet(s, key, &v);
+  if (by_read != nullptr) *by_read = rr >= 0;
+  if (rr == 1) return v;
+  if (rr == 0) return std::nullopt;
+  Resp g = Rpc(s, proto::Opcode::kGet, key);
+  if (g.status == proto::RpcStatus::kNotFound) return std::nullopt;
+  if (g.status != proto::RpcStatus::kOk)
+    Fail(absl::StrCat("GET ", key, ": status ", static_cast<int>(g.status)));
+  return g.value;
+}
+
+std::string Fill(const std::string& key, size_t size, int round) {
+  std::string v = absl::StrCat(key, "#", round, "#");
+  while (v.size() < size) v.push_back(static_cast<char>('a' + v.size() % 26));
+  v.resize(size);
+  return v;
+}
+
+void PutAndReadBack(Session& s, const std::string& key, int round) {
+  const std::string val = Fill(key, 100, round);
+  Resp p = Rpc(s, proto::Opcode::kPut, key, val);
+  if (p.status != proto::RpcStatus::kOk) Fail(absl::StrCat("PUT ", key, " not OK: ", p.value));
+  std::optional<std::string> got = Get(s, key);
+  if (!got.has_value() || *got != val) Fail(absl::StrCat("read-back of ", key, " mismatch"));
+}
+
+// The node must cut `s` (Error{internal} on its control connection) after
+// its QP went to ERR.
+std::string ExpectCut(Session& s) {
+  std::string why = ExpectErrorThenClose(s.fd, proto::ErrorCode::kInternal, &s);
+  s.dead = true;
+  return why;
+}
+
+// ---------------------------------------------------------------------------
+
+int BadAuthQpn() {
+  const std::string token = ReadToken();
+  if (token.empty()) Fail("bad_auth_qpn needs --auth_token_file");
+  uint32_t first_server_qpn = 0;
+  uint32_t next_expected = 0;
+  {
+    auto a = Open();
+    first_server_qpn = a->w.server_qp.qpn;
+    next_expected = std::max(a->w.server_qp.qpn, a->qp->qp_num()) + 1;
+    Goodbye(*a);
+  }
+  std::string same_len = token;
+  same_len.back() = static_cast<char>(same_len.back() == 'x' ? 'y' : 'x');
+  std::string first_byte = token;
+  first_byte[0] = static_cast<char>(first_byte[0] ^ 1);
+  const std::vector<std::string> wrong = {same_len, first_byte, token.substr(0, token.size() - 1),
+                                          token + "0", ""};
+  for (int i = 0; i < FLAGS_n; ++i) {
+    const int fd = Dial();
+    proto::Hello h;
+    h.auth_token = wrong[static_cast<size_t>(i) % wrong.size()];
+    h.client_name = "security_client-bad-token";
+    if (!proto::WriteControl(fd, h, Deadline()).ok()) Fail("send Hello");
+    const std::string msg = ExpectErrorThenClose(fd, proto::ErrorCode::kAuthFailed);
+    if (i == 0) Note(absl::StrCat("refusal: Error{auth failed}: \"", msg, "\""));
+    close(fd);
+  }
+  auto b = Open();
+  const uint32_t got = b->w.server_qp.qpn;
+  Goodbye(*b);
+  if (got != next_expected) {
+    Fail(absl::StrCat("server QPN after ", FLAGS_n, " refused Hellos is ", got, ", expected ",
+                      next_expected, ": the node created QPs for unauthenticated peers"));
+  }
+  std::cout << "bad_auth_qpn: " << FLAGS_n
+            << " wrong tokens refused with Error{auth failed}; server QPNs " << first_server_qpn
+            << " -> " << got << ": no QP created for them" << std::endl;
+  return 0;
+}
+
+// RDMA WRITE through the raw verbs (kvrdma has no WRITE: nothing in kvnode
+// writes remotely); polls the shared CQ directly for its completion. Only
+// valid while no other work request is outstanding in this process.
+ibv_wc_status RawWrite(Session& s, uint64_t offset, uint32_t len, uint32_t rkey) {
+  constexpr uint64_t kWrId = 0x5ec0000000000001ull;
+  ibv_sge sge{};
+  sge.addr = reinterpret_cast<uint64_t>(s.mem.bytes() + Session::kSendOff);
+  sge.length = len;
+  sge.lkey = s.mr->lkey();
+  ibv_send_wr wr{};
+  wr.wr_id = kWrId;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_RDMA_WRITE;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr.rdma.remote_addr = s.w.arena_remote_addr + offset;
+  wr.wr.rdma.rkey = rkey;
+  ibv_send_wr* bad = nullptr;
+  if (const int rc = ibv_post_send(s.qp->qp(), &wr, &bad); rc != 0) {
+    Fail(absl::StrCat("ibv_post_send WRITE: ", strerror(rc)));
+  }
+  const absl::Time deadline = Deadline();
+  for (;;) {
+    ibv_wc wc{};
+    const int n = ibv_poll_cq(Ctx().cq->cq(), 1, &wc);
+    if (n < 0) Fail("ibv_poll_cq");
+    if (n == 1) {
+      if (wc.wr_id != kWrId) Fail("unexpected completion while waiting for the WRITE");
+      return wc.status;
+    }
+    if (absl::Now() > deadline) Fail("no completion for the RDMA WRITE");
+  }
+}
+
+int WindowAttack() {
+  struct Attack {
+    const char* name;
+    uint32_t rkey;  // 0: our own
+    uint64_t offset;
+    bool write;
+  };
+  if (FLAGS_victim_rkey == 0 || FLAGS_arena_key == 0 || FLAGS_pool_key == 0) {
+    Fail("--victim_rkey, --arena_key and --pool_key are required");
+  }
+  std::vector<Attack> attacks = {{"another client's rkey", FLAGS_victim_rkey, 0, false},
+                                 {"the arena MR's key", FLAGS_arena_key, 0, false},
+                                 {"the RPC pool MR's key", FLAGS_pool_key, 0, false}};
+  attacks.push_back({"own rkey past the arena's end", 0, UINT64_MAX, false});
+  attacks.push_back({"RDMA WRITE through own window", 0, 0, true});
+  for (const Attack& a : attacks) {
+    auto s = Open();
+    PutAndReadBack(*s, "window-attack-probe", 1);  // our QP and window work
+    const uint32_t rkey = a.rkey != 0 ? a.rkey : s->w.rkey;
+    const uint64_t off = a.offset == UINT64_MAX ? s->w.arena_size - 16 : a.offset;
+    ibv_wc_status st;
+    if (a.write) {
+      std::memset(s->mem.bytes() + Session::kSendOff, 0x41, 64);
+      st = RawWrite(*s, off, 64, rkey);
+    } else {
+      st = Read(*s, off, 64, rkey, nullptr);
+    }
+    if (st == IBV_WC_SUCCESS) Fail(absl::StrCat(a.name, ": the access succeeded"));
+    const std::string why = ExpectCut(*s);
+    Note(absl::StrCat(a.name, " (rkey ", rkey, "): our completion ", ibv_wc_status_str(st),
+                      "; node: \"", why, "\""));
+  }
+  std::cout << "window_attack: " << attacks.size()
+            << " accesses outside our own window failed on our QP and cut only our session"
+            << std::endl;
+  return 0;
+}
+
+int Rejoin() {
+  std::string bytes;
+  // 1. A client leaves with Goodbye: its rkey is dead for its next session.
+  auto s1 = Open();
+  const uint64_t id = s1->w.client_id;
+  const uint32_t r1 = s1->w.rkey;
+  PutAndReadBack(*s1, "rejoin-probe", 1);
+  Goodbye(*s1);
+  s1.reset();
+  auto s2 = Open(id);
+  if (s2->w.client_id != id) Fail("resumed session got another client id");
+  const uint32_t r2 = s2->w.rkey;
+  if (r2 == r1) Fail(absl::StrCat("the resumed session got the old rkey ", r1, " again"));
+  PutAndReadBack(*s2, "rejoin-probe", 2);
+  ibv_wc_status st = Read(*s2, 0, 64, r1, &bytes);
+  if (st == IBV_WC_SUCCESS) Fail("the rkey of a closed session still reads");
+  const std::string why2 = ExpectCut(*s2);
+  Note(absl::StrCat("old rkey ", r1, " after Goodbye: ", ibv_wc_status_str(st), "; cut: ", why2));
+  s2.reset();
+  // 2. The session was cut by the node (just now): its rkey r2 is dead too.
+  auto s3 = Open(id);
+  const uint32_t r3 = s3->w.rkey;
+  if (r3 == r2 || r3 == r1) Fail("the session after a cut reuses an old rkey");
+  PutAndReadBack(*s3, "rejoin-probe", 3);
+  st = Read(*s3, 0, 64, r2, &bytes);
+  if (st == IBV_WC_SUCCESS) Fail("the rkey of a cut session still reads");
+  (void)ExpectCut(*s3);
+  std::cout << "rejoin: client " << id << " rkeys " << r1 << " -> " << r2 << " -> " << r3
+            << ": the rkey of a left and of a cut session fail from the next session's QP"
+            << std::endl;
+  return 0;
+}
+
+int MaxClients() {
+  std::vector<std::unique_ptr<Session>> held;
+  for (int i = 0; i < FLAGS_n; ++i) held.push_back(Open());
+  Note(absl::StrCat("holding ", held.size(), " sessions"));
+  auto refused = [](uint64_t client_id) {
+    const int fd = Dial();
+    proto::Hello h;
+    h.client_id = client_id;
+    h.auth_token = ReadToken();
+    if (!proto::WriteControl(fd, h, Deadline()).ok()) Fail("send Hello");
+    std::string msg = ExpectErrorThenClose(fd, proto::ErrorCode::kTooManyClients);
+    close(fd);
+    return msg;
+  };
+  const std::string m1 = refused(0);
+  const std::string m2 = refused(0x5ec5ec5ec5ec5ecull);  // a resumed id skips no check
+  Note(absl::StrCat("new id refused: \"", m1, "\"; resumed id refused: \"", m2, "\""));
+  for (size_t i = 0; i < held.size(); ++i) PutAndReadBack(*held[i], absl::StrCat("held-", i), 1);
+  Goodbye(*held.back());
+  held.pop_back();
+  // The slot comes back once the node has torn the session down.
+  const absl::Time deadline = Deadline();
+  std::unique_ptr<Session> again;
+  for (;;) {
+    const int fd = Dial();
+    proto::Hello h;
+    h.auth_token = ReadToken();
+    if (!proto::WriteControl(fd, h, Deadline()).ok()) Fail("send Hello");
+    absl::StatusOr<proto::ControlMessage> m = NextMessage(fd, nullptr);
+    close(fd);
+    if (m.ok() && std::holds_alternative<proto::Welcome>(*m)) break;
+    if (absl::Now() > deadline) Fail("the freed slot never came back");
+  }
+  again = Open();
+  PutAndReadBack(*again, "held-again", 1);
+  for (auto& s : held) Goodbye(*s);
+  Goodbye(*again);
+  std::cout << "max_clients: " << FLAGS_n << " sessions filled the node; new and resumed ids got "
+            << "Error{too many clients}; held sessions kept working; a freed slot was reused"
+            << std::endl;
+  return 0;
+}
+
+int Credits() {
+  rdma::QpOptions qo;
+  qo.rnr_retry = 0;  // the first RNR NAK fails our SEND: the refusal is visible
+  qo.max_send_wr = 128;
+  qo.max_recv_wr = 128;
+  auto s = Open(0, qo);
+  const uint32_t credits = s->w.max_rpc_credits;
+  const int n = std::min(FLAGS_n, 120);
+  if (static_cast<uint32_t>(n) <= credits) Fail("--n must exceed the node's credits");
+  // Separate receive buffers for every answer.
+  const size_t bytes = (static_cast<size_t>(n) * proto::kMaxRpcMessageSize + 4095) / 4096 * 4096;
+  auto mem = rdma::HostMemory::Allocate(bytes);
+  if (!mem.ok()) Fail(mem.status().ToString());
+  auto mr = rdma::Mr::Register(Ctx().pd, mem->data(), mem->size(), rdma::MrOptions{});
+  if (!mr.ok()) Fail(mr.status().ToString());
+  std::vector<uint64_t> recvs, sends;
+  for (int i = 0; i < n; ++i) {
+    const uint64_t wr = s->wr++;
+    if (!s->qp
+             ->PostRecv(
+                 wr, rdma::LocalBuf{mr->get(), static_cast<uint64_t>(i) * proto::kMaxRpcMessageSize,
+                                    proto::kMaxRpcMessageSize})
+             .ok()) {
+      Fail("post recv");
+    }
+    recvs.push_back(wr);
+  }
+  const std::string ping = HandRequest(proto::Opcode::kPing, s->w.client_id, 1000, "", "p");
+  std::memcpy(s->mem.bytes() + Session::kSendOff, ping.data(), ping.size());
+  for (int i = 0; i < n; ++i) {
+    // Same bytes each time: the node answers PINGs without dedupe.
+    const uint64_t wr = s->wr++;
+    if (!s->qp
+             ->PostSend(wr, rdma::LocalBuf{s->mr.get(), Session::kSendOff,
+                                           static_cast<uint32_t>(ping.size())})
+             .ok()) {
+      Fail("post send");
+    }
+    sends.push_back(wr);
+  }
+  int ok = 0, rnr = 0, flushed = 0, other = 0;
+  for (uint64_t wr : sends) {
+    auto c = s->qp->WaitFor(wr, rdma::WrKind::kSend, RdmaDeadline());
+    if (!c.ok()) Fail(absl::StrCat("send completion: ", c.status().ToString()));
+    if (c->ok()) {
+      ++ok;
+    } else if (c->status == IBV_WC_RNR_RETRY_EXC_ERR) {
+      ++rnr;
+    } else if (c->status == IBV_WC_WR_FLUSH_ERR) {
+      ++flushed;
+    } else {
+      ++other;
+      Note(absl::StrCat("send completion ", ibv_wc_status_str(c->status)));
+    }
+  }
+  Note(absl::StrCat(n, " SENDs against ", credits, " credits: ", ok, " delivered, ", rnr,
+                    " refused (RNR), ", flushed, " flushed, ", other, " other"));
+  if (rnr == 0) {
+    Fail(absl::StrCat("no RNR refusal although ", n, " RPCs were outstanding for ", credits,
+                      " credits"));
+  }
+  if (static_cast<uint32_t>(ok) < credits) Fail("fewer RPCs than credits were delivered");
+  // Our QP is in ERR now; the node notices when its answers are not acked
+  // and cuts the session (any control outcome but a crash is fine).
+  absl::StatusOr<proto::ControlMessage> m = NextMessage(s->fd, s.get());
+  s->dead = true;
+  std::string end = m.ok() ? TypeName(*m) : m.status().ToString();
+  if (m.ok()) {
+    if (auto* e = std::get_if<proto::Error>(&*m)) end = absl::StrCat("Error: ", e->message);
+  }
+  s->qp.reset();
+  (void)rdma::SafeDeregister(**mr, rdma::DeadlineIn(std::chrono::seconds(2)));
+  std::cout << "credits: " << n << " RPCs sent for " << credits << " credits: " << ok
+            << " delivered, " << rnr << " refused by RNR on our QP; then the node: " << end
+            << std::endl;
+  return 0;
+}
+
+int Sizes() {
+  auto s = Open();
+  const std::string kmax(storage::kMaxKeySize, 'K');
+  const std::string vmax = Fill("vmax", storage::kMaxValueSize, 1);
+  Resp p = Rpc(*s, proto::Opcode::kPut, kmax, vmax);
+  if (p.status != proto::RpcStatus::kOk) Fail(absl::StrCat("PUT at both limits: ", p.value));
+  bool by_read = false;
+  std::optional<std::string> got = Get(*s, kmax, &by_read);
+  if (!got.has_value() || *got != vmax) Fail("value at the limits did not read back");
+  const std::string k_over(storage::kMaxKeySize + 1, 'O');
+  Resp a = Rpc(*s, proto::Opcode::kPut, k_over, "x");
+  if (a.status != proto::RpcStatus::kRejected)
+    Fail("a key one byte over the limit was not REJECTED");
+  const std::string k2 = "value-over-limit";
+  Resp b = Rpc(*s, proto::Opcode::kPut, k2, Fill(k2, storage::kMaxValueSize + 1, 1));
+  if (b.status != proto::RpcStatus::kRejected) Fail("a value one byte over was not REJECTED");
+  Resp c = Rpc(*s, proto::Opcode::kGet, k_over);
+  Resp d = Rpc(*s, proto::Opcode::kGet, k2);
+  if (d.status != proto::RpcStatus::kNotFound) Fail("the oversize value was stored");
+  if (c.status == proto::RpcStatus::kOk) Fail("the oversize key was stored");
+  PutAndReadBack(*s, "after-sizes", 1);
+  Goodbye(*s);
+  std::cout << "sizes: key " << kmax.size() << " + value " << vmax.size() << " accepted (read back "
+            << (by_read ? "by RDMA READ" : "by RPC") << "); key +1 and value +1 REJECTED (\""
+            << a.value << "\", \"" << b.value << "\"), not stored" << std::endl;
+  return 0;
+}
+
+int ArenaFill() {
+  auto s = Open();
+  const size_t vs = static_cast<size_t>(FLAGS_value_size);
+  for (int i = 0; i < FLAGS_n; ++i) {
+    const std::string key = absl::StrCat("fill-", i);
+    Resp p = Rpc(*s, proto::Opcode::kPut, key, Fill(key, vs, 1));
+    if (p.status != proto::RpcStatus::kOk) {
+      Fail(absl::StrCat("PUT ", key, " refused with status ", static_cast<int>(p.status), ": ",
+                        p.value));
+    }
+  }
+  int by_read = 0, by_rpc = 0;
+  for (int i = 0; i < FLAGS_n; ++i) {
+    const std::string key = absl::StrCat("fill-", i);
+    bool r = false;
+    std::optional<std::string> got = Get(*s, key, &r);
+    if (!got.has_value() || *got != Fill(key, vs, 1)) Fail(absl::StrCat(key, " lost"));
+    (r ? by_read : by_rpc)++;
+  }
+  Goodbye(*s);
+  std::cout << "arena_fill: " << FLAGS_n << " x " << vs << " bytes acknowledged and read back ("
+            << by_read << " from the arena, " << by_rpc << " from RocksDB by RPC)" << std::endl;
+  return by_rpc > 0 ? 0 : (Fail("nothing was evicted: the arena was not full"), 1);
+}
+
+int Slowloris() {
+  struct Conn {
+    int fd = -1;
+    int kind = 0;  // 0 silent, 1 half a Hello, 2 Hello then nothing
+    absl::Time t0;
+    bool closed = false;
+    absl::Duration cut_after;
+    std::string how;
+  };
+  std::vector<Conn> conns;
+  proto::Hello h;
+  h.auth_token = ReadToken();
+  std::string hello;
+  (void)proto::EncodeControl(h, &hello);
+  for (int i = 0; i < FLAGS_n; ++i) {
+    Conn c;
+    c.fd = Dial();
+    c.kind = i % 3;
+    c.t0 = absl::Now();
+    if (c.kind == 1) {
+      (void)proto::WriteAll(c.fd, proto::AsBytes(std::string_view(hello).substr(0, 20)),
+                            Deadline());
+    } else if (c.kind == 2) {
+      (void)proto::WriteAll(c.fd, proto::AsBytes(hello), Deadline());
+    }
+    conns.push_back(c);
+  }
+  const absl::Duration bound = absl::Seconds(FLAGS_handshake_timeout_s * 2 + 3);
+  const absl::Time deadline = absl::Now() + bound + absl::Seconds(5);
+  size_t open = conns.size();
+  while (open > 0) {
+    if (absl::Now() > deadline) Fail(absl::StrCat(open, " connections were never cut"));
+    std::vector<pollfd> p;
+    for (const Conn& c : conns) p.push_back({c.fd, static_cast<short>(c.closed ? 0 : POLLIN), 0});
+    if (poll(p.data(), p.size(), 100) <= 0) continue;
+    for (size_t i = 0; i < conns.size(); ++i) {
+      Conn& c = conns[i];
+      if (c.closed || (p[i].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
+      absl::StatusOr<proto::ControlMessage> m = proto::ReadControl(c.fd, Deadline());
+      if (m.ok() && std::holds_alternative<proto::Welcome>(*m)) continue;  // kind 2
+      if (m.ok() && std::holds_alternative<proto::Keepalive>(*m)) continue;
+      if (m.ok()) {
+        if (auto* g = std::get_if<proto::Goodbye>(&*m)) {
+          if (g->reason != proto::GoodbyeReason::kIdleTimeout) Fail("Goodbye with another reason");
+          c.how = g->message;
+          continue;  // the close follows
+        }
+        Fail(absl::StrCat("unexpected ", TypeName(*m)));
+      }
+      c.closed = true;
+      c.cut_after = absl::Now() - c.t0;
+      --open;
+      close(c.fd);
+    }
+  }
+  absl::Duration worst;
+  int goodbyes = 0;
+  for (const Conn& c : conns) {
+    worst = std::max(worst, c.cut_after);
+    if (!c.how.empty()) ++goodbyes;
+    if (c.cut_after > bound) {
+      Fail(absl::StrCat("kind ", c.kind, " cut after ", absl::FormatDuration(c.cut_after)));
+    }
+    if (c.cut_after < absl::Seconds(FLAGS_handshake_timeout_s) - absl::Milliseconds(200)) {
+      Fail(absl::StrCat("kind ", c.kind,
+                        " cut before the handshake timeout: ", absl::FormatDuration(c.cut_after)));
+    }
+  }
+  if (goodbyes != FLAGS_n) Fail(absl::StrCat("only ", goodbyes, " got Goodbye{idle timeout}"));
+  std::cout << "slowloris: " << FLAGS_n
+            << " unfinished handshakes (silent, half a Hello, Hello without ClientQp) each cut "
+               "with Goodbye{idle timeout}, the last after "
+            << absl::FormatDuration(worst) << std::endl;
+  return 0;
+}
+
+int CountFds(int pid) {
+  DIR* d = opendir(absl::StrCat("/proc/", pid, "/fd").c_str());
+  if (d == nullptr) Fail(absl::StrCat("cannot list the node's fds: ", strerror(errno)));
+  int n = 0;
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] != '.') ++n;
+  }
+  closedir(d);
+  return n;
+}
+
+int Burst() {
+  absl::StatusOr<proto::HostPort> hp = proto::ParseHostPort(FLAGS_server);
+  if (!hp.ok() || (hp->host != "127.0.0.1" && hp->host != "::1" && hp->host != "localhost")) {
+    Fail("burst runs against a loopback address only");
+  }
+  if (FLAGS_node_pid <= 0 || FLAGS_max_node_fds <= 0) Fail("--node_pid and --max_node_fds");
+  rlimit rl{};
+  getrlimit(RLIMIT_NOFILE, &rl);
+  rl.rlim_cur = std::max<rlim_t>(rl.rlim_cur, std::min<rlim_t>(rl.rlim_max, FLAGS_n + 64));
+  setrlimit(RLIMIT_NOFILE, &rl);
+  const int base_fds = CountFds(FLAGS_node_pid);
+  int max_fds = base_fds;
+  std::vector<int> fds;
+  for (int i = 0; i < FLAGS_n; ++i) {
+    fds.push_back(Dial(/*nonblock=*/true));
+    if (i % 50 == 0) max_fds = std::max(max_fds, CountFds(FLAGS_node_pid));
+  }
+  // Wait until the node has closed every connection: at once for those
+  // over its bound (Error{too many clients}), at the handshake timeout for
+  // the others. fd counts are sampled meanwhile.
+  int refused = 0, timed_out = 0, failed = 0;
+  size_t open = fds.size();
+  std::vector<bool> done(fds.size(), false);
+  std::vector<std::string> inbuf(fds.size());
+  const absl::Time deadline = absl::Now() + absl::Seconds(FLAGS_timeout_s);
+  while (open > 0) {
+    max_fds = std::max(max_fds, CountFds(FLAGS_node_pid));
+    if (absl::Now() > deadline) break;
+    std::vector<pollfd> p;
+    for (size_t i = 0; i < fds.size(); ++i) {
+      p.push_back({fds[i], static_cast<short>(done[i] ? 0 : POLLIN), 0});
+    }
+    if (poll(p.data(), p.size(), 100) <= 0) continue;
+    for (size_t i = 0; i < fds.size(); ++i) {
+      if (done[i] || (p[i].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
+      char buf[4096];
+      const ssize_t n = recv(fds[i], buf, sizeof(buf), MSG_DONTWAIT);
+      if (n > 0) {
+        inbuf[i].append(buf, static_cast<size_t>(n));
+        continue;
+      }
+      if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+      done[i] = true;
+      --open;
+      if (n < 0 && inbuf[i].empty()) {
+        ++failed;  // reset or refused by the kernel (backlog)
+        continue;
+      }
+      absl::StatusOr<proto::ControlMessage> m = proto::DecodeControlFrame(proto::AsBytes(inbuf[i]));
+      if (m.ok() && std::holds_alternative<proto::Error>(*m) &&
+          std::get<proto::Error>(*m).code == proto::ErrorCode::kTooManyClients) {
+        ++refused;
+      } else if (m.ok() && std::holds_alternative<proto::Goodbye>(*m)) {
+        ++timed_out;
+      } else {
+        ++failed;
+      }
+    }
+  }
+  for (int fd : fds) close(fd);
+  Note(absl::StrCat("node fds: ", base_fds, " before, at most ", max_fds, " during (bound ",
+                    FLAGS_max_node_fds, ")"));
+  if (max_fds > FLAGS_max_node_fds) {
+    Fail(absl::StrCat("the node held ", max_fds, " fds, over the bound ", FLAGS_max_node_fds));
+  }
+  if (open > 0) Fail(absl::StrCat(open, " connections neither refused nor cut in time"));
+  if (refused == 0) Fail("no connection was refused over the bound");
+  std::cout << "burst: " << FLAGS_n << " connections: " << refused
+            << " refused at once (Error{too many clients}), " << timed_out
+            << " cut at the handshake timeout, " << failed << " reset/refused by the kernel; "
+            << "node fds " << base_fds << " -> max " << max_fds << std::endl;
+  return 0;
+}
+
+int AdminProbe() {
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un sun{};
+  sun.sun_family = AF_UNIX;
+  if (FLAGS_admin_socket.size() >= sizeof(sun.sun_path)) Fail("path too long");
+  std::memcpy(sun.sun_path, FLAGS_admin_socket.data(), FLAGS_admin_socket.size());
+  if (connect(fd, reinterpret_cast<sockaddr*>(&sun), sizeof(sun)) != 0) {
+    std::cout << "admin_probe: connect refused: " << strerror(errno) << std::endl;
+    return 0;
+  }
+  const std::string line = FLAGS_cmd + "\n";
+  (void)!write(fd, line.data(), line.size());
+  std::string out;
+  char buf[4096];
+  for (;;) {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, static_cast<int>(FLAGS_timeout_s * 1000)) <= 0) break;
+    const ssize_t n = read(fd, buf, sizeof(buf));
+    if (n <= 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  close(fd);
+  if (out.empty()) {
+    std::cout << "admin_probe: closed without an answer" << std::endl;
+  } else {
+    std::cout << "admin_probe: answered: " << out.substr(0, 80) << std::endl;
+  }
+  return 0;
+}
+
+int Main() {
+  const std::string& m = FLAGS_mode;
+  if (m == "bad_auth_qpn") return BadAuthQpn();
+  if (m == "window_attack") return WindowAttack();
+  if (m == "rejoin") return Rejoin();
+  if (m == "max_clients") return MaxClients();
+  if (m == "credits") return Credits();
+  if (m == "sizes") return Sizes();
+  if (m == "arena_fill") return ArenaFill();
+  if (m == "slowloris") return Slowloris();
+  if (m == "burst") return Burst();
+  if (m == "admin_probe") return AdminProbe();
+  Fail("unknown --mode");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  return Main();
+}
