@@ -8,9 +8,9 @@
 #                               the next generation, for the old process's exit 0;
 #                               sets UP_OLD UP_NEW UP_SIG_NS UP_OWNED_NS UP_EXIT_NS
 #   up_stop_node                SIGTERM the current node (not necessarily our child)
-#   up_window_stats REPORT T0_NS T1_NS T_BASE_NS
-#                               "blackout_ms max_latency_ms" of kvload's
-#                               timeline between T0 and T1 (ns, same clock as T_BASE)
+#   up_window_stats REPORT T_BASE_NS T0:T1...
+#                               blackout and max latency of kvload's timeline in
+#                               each window (ns, same clock as T_BASE), one python run
 
 # Node flags of the upgrade e2e tests. A TCG guest on a loaded host starves
 # kvload's threads for seconds at a time (and a client's Move handshake is
@@ -103,23 +103,24 @@ up_stop_node() {
   kv_ok "node $pid stopped by SIGTERM, exit 0, no verbs objects left"
 }
 
-up_window_stats() {
+up_window_stats() { # REPORT T_BASE_NS T0:T1 [T0:T1 ...] -> one line per window
   python3 - "$@" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
-t0, t1, base = (int(x) for x in sys.argv[2:5])
-lo, hi = (t0 - base) / 1e6, (t1 - base) / 1e6
+base = int(sys.argv[2])
 slot = r["timeline_slot_ms"]
-gap = run = 0.0
-mx = 0.0
-for s in r["timeline"]:
-    if s["t_ms"] + slot < lo or s["t_ms"] > hi:
-        continue
-    mx = max(mx, s["max_latency_us"])
-    run = run + slot if s["ops"] == 0 else 0.0
-    gap = max(gap, run)
-# Blackout: the longest run of 10 ms slots without a completed operation
-# (slot resolution); then the largest latency completed in the window.
-print(f"{gap:.0f} {mx / 1000:.1f}")
+for i, w in enumerate(sys.argv[3:], 1):
+    t0, t1 = (int(x) for x in w.split(":"))
+    lo, hi = (t0 - base) / 1e6, (t1 - base) / 1e6
+    gap = run = mx = 0.0
+    for s in r["timeline"]:
+        if s["t_ms"] + slot < lo or s["t_ms"] > hi:
+            continue
+        mx = max(mx, s["max_latency_us"])
+        run = run + slot if s["ops"] == 0 else 0.0
+        gap = max(gap, run)
+    # Blackout: the longest run of 10 ms slots without a completed operation
+    # (slot resolution); then the largest latency completed in the window.
+    print(f"upgrade {i}: blackout {gap:.0f} ms, max latency {mx / 1000:.1f} ms")
 PY
 }

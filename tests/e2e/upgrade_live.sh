@@ -76,12 +76,7 @@ assert c["moves"] > 0, "no client moved"
 print(f"kvload: {r['ops']} ops, failed 0, verify errors 0, stale 0, moves {c['moves']}, "
       f"reconnects {c['reconnects']}, longest gap {r['blackout_ms']:.1f} ms")
 PY
-i=0
-for w in "${windows[@]}"; do
-  i=$((i + 1))
-  read -r gap mx < <(up_window_stats "$report" "${w%%:*}" "${w##*:}" "$t_base")
-  kv_log "upgrade $i: blackout ${gap} ms, max latency ${mx} ms"
-done
+up_window_stats "$report" "$t_base" "${windows[@]}" | while read -r line; do kv_log "$line"; done
 
 moved=$(kv_stat upgrade_clients_migrated_total)
 cut=$(kv_stat upgrade_clients_cut_total)
