@@ -22,7 +22,7 @@ bool PortActive(ibv_device* dev, int port) {
 std::optional<TestDevice> FindTestDevice(std::string* why) {
   int n = 0;
   std::unique_ptr<ibv_device*, decltype(&ibv_free_device_list)> list(ibv_get_device_list(&n),
-                                                                    &ibv_free_device_list);
+                                                                     &ibv_free_device_list);
   if (list == nullptr || n == 0) {
     *why = "ibv_get_device_list found no verbs device (run under deploy/rxe-vm)";
     return std::nullopt;
@@ -42,8 +42,8 @@ std::optional<TestDevice> FindTestDevice(std::string* why) {
     if (!want.empty() && want != name) continue;
     if (PortActive(dev, want_port)) return TestDevice{name, want_port};
     if (!want.empty()) {
-      *why = "KVNODE_TEST_DEVICE=" + want + ": port " + std::to_string(want_port) +
-             " is not ACTIVE";
+      *why =
+          "KVNODE_TEST_DEVICE=" + want + ": port " + std::to_string(want_port) + " is not ACTIVE";
       return std::nullopt;
     }
   }

@@ -26,12 +26,12 @@ std::optional<TestDevice> FindTestDevice(std::string* why);
 
 }  // namespace kvnode::testing
 
-#define KVNODE_REQUIRE_DEVICE(dev)                                           \
-  std::string kvnode_why_;                                                   \
-  auto dev##_opt = ::kvnode::testing::FindTestDevice(&kvnode_why_);          \
-  if (!dev##_opt) {                                                          \
-    GTEST_SKIP() << "no RDMA device: " << kvnode_why_;                       \
-  }                                                                          \
+#define KVNODE_REQUIRE_DEVICE(dev)                                  \
+  std::string kvnode_why_;                                          \
+  auto dev##_opt = ::kvnode::testing::FindTestDevice(&kvnode_why_); \
+  if (!dev##_opt) {                                                 \
+    GTEST_SKIP() << "no RDMA device: " << kvnode_why_;              \
+  }                                                                 \
   const ::kvnode::testing::TestDevice dev = *dev##_opt
 
 #endif  // KVNODE_TESTS_COMMON_DEVICE_ENV_H_

@@ -39,9 +39,9 @@ void Connect(ibv_qp* qp, const Endpoint& peer, int gid_index, ibv_mtu mtu) {
   a.pkey_index = 0;
   a.port_num = kPort;
   a.qp_access_flags = IBV_ACCESS_REMOTE_READ;
-  ASSERT_EQ(ibv_modify_qp(qp, &a,
-                          IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS),
-            0);
+  ASSERT_EQ(
+      ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS),
+      0);
   a = {};
   a.qp_state = IBV_QPS_RTR;
   a.path_mtu = mtu;
