@@ -455,12 +455,13 @@ def upgrade_section(D):
 
 def gnuplot(script, cwd):
     try:
-        subprocess.run(["gnuplot"], input=script, text=True, cwd=cwd, check=True,
+        subprocess.run(["gnuplot"], input=script.encode(), cwd=cwd, check=True,
                        capture_output=True)
         return True
     except (OSError, subprocess.CalledProcessError) as e:
-        err = getattr(e, "stderr", "") or str(e)
-        print(f"plot-bench: gnuplot failed: {err.strip()[:500]}", file=sys.stderr)
+        err = getattr(e, "stderr", b"") or str(e).encode()
+        print(f"plot-bench: gnuplot failed: {err.decode(errors='replace').strip()[:500]}",
+              file=sys.stderr)
         return False
 
 
@@ -549,7 +550,7 @@ def plot_upgrade(D, plots, tmp):
     script = TERM.replace("900,560", f"1200,{320 * rows}") + f"set output '{out}'\n"
     script += f"set multiplot layout {rows},{cols}\nset grid\nset ytics nomirror\nset y2tics\n"
     script += ("set ylabel 'ops/s (100 ms bins)'\nset y2label 'max latency ms (log)'\n"
-               "set logscale y2\nset key top left font ',8'\n")
+               "set logscale y2\nset y2range [0.1:*]\nset key top left font ',8'\n")
     for keys, mode, f, t_gap, gap_ms in blocks:
         name = "live upgrade (SIGUSR2)" if mode == "live" else "naive restart (SIGTERM, start)"
         script += "unset arrow\n"
@@ -579,6 +580,7 @@ def read_kv(path):
 
 
 def report(d, md_path, plots):
+    plots = os.path.abspath(plots)
     D = Data(d)
     os.makedirs(plots, exist_ok=True)
     for old in glob.glob(os.path.join(plots, "*.png")):
