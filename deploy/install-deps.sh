@@ -12,6 +12,8 @@ PACKAGES=(
   # libraries
   libboost-dev librocksdb-dev libgflags-dev libgoogle-glog-dev libabsl-dev
   libxxhash-dev nlohmann-json3-dev
+  # test and benchmark scripts read JSON reports with python3
+  python3
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev # fuzzing: deploy/fuzz.sh, tests/fuzz (libFuzzer, ASan, UBSan)
