@@ -1,29 +1,34 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets of tests/fuzz/ with clang into build-fuzz/ and
-# runs each, one after the other, for a bounded time on a scratch copy of its
-# committed seed corpus (the committed corpus is never modified). Fails on any
-# crash, sanitizer report, leak or timeout, printing the reproducer's path.
-# Prints per target: executions, exec/s, coverage (cov: of libFuzzer's last
-# line) and the result.
+# runs each, one after the other, for a bounded time starting from its
+# committed seed corpus (read only: the committed corpus is never modified).
+# Fails on any crash, sanitizer report, leak or timeout, printing the
+# reproducer's path. Prints per target: executions, exec/s, wall time,
+# coverage (cov: and ft: of libFuzzer's last line), corpus size and the result.
 #
-#   deploy/fuzz.sh                       every target, 20 s each (the CI run)
+#   deploy/fuzz.sh                       every target, 5 s each (the CI run)
 #   deploy/fuzz.sh --seconds 180         longer
 #   deploy/fuzz.sh --runs 10000000       stop after N executions (or the time)
 #   deploy/fuzz.sh --only read_path      one target (repeatable)
+#   deploy/fuzz.sh --corpus DIR          keep the inputs found in DIR/<target>
+#                                        (reused by the next run; default: a
+#                                        temporary directory, removed)
 #   KVNODE_FUZZ_BUILD=DIR                build dir (default build-fuzz)
 #   KVNODE_FUZZ_JOBS=N                   make -j (default 2)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-seconds=20
+seconds=5
 runs=""
+keep=""
 only=()
 while (($#)); do
   case $1 in
     --seconds) seconds=$2; shift 2 ;;
     --runs) runs=$2; shift 2 ;;
     --only) only+=("$2"); shift 2 ;;
-    -h | --help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --corpus) keep=$2; shift 2 ;;
+    -h | --help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "fuzz.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -48,21 +53,33 @@ make -C "$build" -j "${KVNODE_FUZZ_JOBS:-2}" --no-print-directory \
 out="$build/fuzz-runs"
 mkdir -p "$out"
 failed=()
-printf '%-16s %12s %10s %8s  %s\n' target executions exec/s cov result
+printf '%-16s %12s %8s %7s %6s %7s %7s  %s\n' target executions exec/s wall_s cov ft corpus result
 for t in "${targets[@]}"; do
-  work=$(mktemp -d "${TMPDIR:-/tmp}/kvnode-fuzz-$t.XXXXXX")
-  cp tests/fuzz/corpus/"$t"/* "$work"/
+  # The first directory receives the new inputs; the committed seeds are read
+  # from the second.
+  if [[ -n $keep ]]; then
+    work=$keep/$t
+    mkdir -p "$work"
+  else
+    work=$(mktemp -d "${TMPDIR:-/tmp}/kvnode-fuzz-$t.XXXXXX")
+  fi
   mkdir -p "$out/$t"
   rm -f "$out/$t"/crash-* "$out/$t"/leak-* "$out/$t"/timeout-* "$out/$t"/oom-*
   args=(-max_total_time="$seconds" -timeout=10 -print_final_stats=1
         -artifact_prefix="$out/$t/")
   [[ -n $runs ]] && args+=(-runs="$runs")
   rc=0
-  "$build/tests/fuzz/fuzz_$t" "${args[@]}" "$work" >"$out/$t/log" 2>&1 || rc=$?
-  rm -rf "$work"
+  start=$SECONDS
+  "$build/tests/fuzz/fuzz_$t" "${args[@]}" "$work" tests/fuzz/corpus/"$t" >"$out/$t/log" 2>&1 ||
+    rc=$?
+  wall=$((SECONDS - start))
+  [[ -z $keep ]] && rm -rf "$work"
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$out/$t/log" | tail -1)
   rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$out/$t/log" | tail -1)
-  cov=$(grep -E '^#[0-9]+' "$out/$t/log" | tail -1 | sed -n 's/.*cov: \([0-9]*\).*/\1/p')
+  last=$(grep -E '^#[0-9]+' "$out/$t/log" | tail -1)
+  cov=$(sed -n 's/.*cov: \([0-9]*\).*/\1/p' <<<"$last")
+  ft=$(sed -n 's/.*ft: \([0-9]*\).*/\1/p' <<<"$last")
+  corp=$(sed -n 's/.*corp: \([0-9]*\/[0-9]*[a-zA-Z]*\).*/\1/p' <<<"$last")
   artifacts=$(ls "$out/$t"/ | grep -E '^(crash|leak|timeout|oom)-' || true)
   if ((rc != 0)) || [[ -n $artifacts ]]; then
     result="FAILED (exit $rc) $out/$t/log ${artifacts:+$out/$t/$artifacts}"
@@ -70,7 +87,8 @@ for t in "${targets[@]}"; do
   else
     result=ok
   fi
-  printf '%-16s %12s %10s %8s  %s\n' "$t" "${execs:-?}" "${rate:-?}" "${cov:-?}" "$result"
+  printf '%-16s %12s %8s %7s %6s %7s %7s  %s\n' "$t" "${execs:-?}" "${rate:-?}" "$wall" "${cov:-?}" \
+    "${ft:-?}" "${corp:-?}" "$result"
 done
 
 if ((${#failed[@]})); then
