@@ -352,6 +352,16 @@ void ReadPathSeeds() {
       emit("short_read" + sfx, s, {b0, b1.substr(0, 10)});
     }
   }
+  // A chain that links back to itself: the GET must give up after
+  // kMaxChainLength buckets (kSlowPath). 64-byte buckets, so that the whole
+  // chain (4 KiB) fits the fuzzer's input size, which it cannot reach from the
+  // short seeds within the default 4096-byte limit.
+  {
+    const ReadPathSeed s = Prefix(0, 0, 4, 0x77, "user:1");
+    std::string b = EmptyBucket(s.g);
+    PutWord(b, 0, MakeLink(FirstRead(s.g, s.key).offset, false));
+    emit("chain_cycle_b64", s, std::vector<std::string>(kMaxChainLength, b));
+  }
   // The same shapes with every assist flag, so the fuzzer mutates from there.
   const ReadPathSeed s = Prefix(7, 3, 0, 1, "k");
   std::string b = EmptyBucket(s.g);
