@@ -2,6 +2,7 @@
 // (server/include/kvnode/server/options.h documents each field).
 #include <gflags/gflags.h>
 #include <glog/logging.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <climits>
@@ -91,6 +92,13 @@ DEFINE_int64(upgrade_old_exit_deadline_ms, 30000,
 #endif
 
 int main(int argc, char** argv) {
+  // Everything the node creates is its user's only: RocksDB's directory and
+  // files (which follow the umask: 0755/0644 under the usual 022 would let any
+  // local user read every value), the pid file, sockets. Set before anything
+  // is created, so RocksDB's threads and an upgrade's exec inherit it. Files
+  // that must be private whatever the umask (arena, admin socket) also set
+  // their mode explicitly.
+  umask(077);
   // The argv a live upgrade restarts with (before gflags removes anything).
   const std::vector<std::string> start_argv(argv, argv + argc);
   gflags::SetUsageMessage(

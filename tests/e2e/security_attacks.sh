@@ -5,7 +5,8 @@
 # operations and zero verification errors; the node never dies, counts each
 # refusal, and is back at its idle verbs baseline at the end.
 #   files      arena shm object 0600 and admin socket 0600 in a 0700 dir, owned
-#              by the node's user
+#              by the node's user; nothing under the RocksDB dir group/world
+#              accessible although the node was started with umask 022
 #   auth       wrong tokens -> Error{auth failed}, no QP created (QPNs)
 #   windows    READ with another client's rkey / the arena MR's / the RPC pool
 #              MR's key, past the arena's end, RDMA WRITE: each fails on the
@@ -25,6 +26,9 @@ source "$(dirname "$0")/lib.sh"
 kv_require_device
 SEC=${KV_SECURITY_CLIENT:-$KV_BUILD/tests/e2e/kvnode_security_client}
 max_clients=8
+# Start the node under the usual, permissive umask: it must make its own files
+# private (files check below).
+umask 022
 kv_start_node --max_clients "$max_clients" --rpc_credits 4 --arena_size $((8 << 20)) \
   --handshake_timeout_ms 5000
 sec() { "$SEC" --server "$KV_ADDR" --auth_token_file "$KV_TOKEN" "$@"; }
@@ -51,7 +55,12 @@ check_mode "/dev/shm/$KV_SHM" 600
 check_mode "$KV_ADMIN" 600
 check_mode "$(dirname "$KV_ADMIN")" 700
 kv_ok "files: arena /dev/shm/$KV_SHM 0600, admin socket 0600 in a 0700 dir, owner $me"
-kv_log "note: RocksDB files follow the umask: $(stat -c '%a' "$KV_DIR/db") dir, $(stat -c '%a' "$KV_DIR/db/CURRENT") CURRENT (see docs/security.md)"
+# RocksDB follows the umask: the node, started under 022, sets 077 itself, so
+# nothing under its data directory may be group/world accessible.
+open_files=$(find "$KV_DIR/db" -perm /077 -printf '%m %p\n')
+[[ -z $open_files ]] || kv_fail "files under the data dir accessible to group/others:"$'\n'"$open_files"
+n_db=$(find "$KV_DIR/db" | wc -l)
+kv_ok "files: $n_db entries under $KV_DIR/db, none group/world accessible (db dir $(stat -c '%a' "$KV_DIR/db"), CURRENT $(stat -c '%a' "$KV_DIR/db/CURRENT"))"
 
 # --- auth (before any other client: the QPN check needs a quiet device) -------
 attack auth --mode bad_auth_qpn --n 30
