@@ -102,6 +102,38 @@ absl::StatusOr<std::string> DefaultAdminSocketPath() {
   return dir + "/admin.sock";
 }
 
+absl::Status EnsureAdminSocketDir(const std::string& socket_path) {
+  const size_t slash = socket_path.rfind('/');
+  const std::string dir = slash == std::string::npos ? std::string(".")
+                          : slash == 0               ? std::string("/")
+                                                     : socket_path.substr(0, slash);
+  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("--admin_socket ", socket_path, ": mkdir ", dir, ": ", strerror(errno)));
+  }
+  struct stat st {};
+  if (lstat(dir.c_str(), &st) != 0) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("--admin_socket ", socket_path, ": stat ", dir, ": ", strerror(errno)));
+  }
+  const uid_t me = geteuid();
+  std::string why;
+  if (!S_ISDIR(st.st_mode)) {
+    why = S_ISLNK(st.st_mode) ? "is a symbolic link" : "is not a directory";
+  } else if (st.st_uid != me) {
+    why = absl::StrCat("is owned by uid ", st.st_uid, ", not by this node's uid ", me);
+  } else if ((st.st_mode & 0077) != 0) {
+    why = absl::StrFormat("has mode %04o: group/others have access", st.st_mode & 07777);
+  }
+  if (!why.empty()) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("--admin_socket ", socket_path, ": directory ", dir, " ", why,
+                     "; it must be a directory owned by uid ", me,
+                     " with mode 0700 (whoever can write it can replace the socket)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::string> ReadAuthTokenFile(const std::string& path) {
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) {

@@ -294,6 +294,10 @@ absl::Status ServerImpl::InitSockets(InheritedSockets inherited) {
     if (absl::Status s = CheckListening(inherited.admin_fd, "admin"); !s.ok()) return s;
     admin_fd_ = inherited.admin_fd;
   } else {
+    if (!opt_.admin_socket.empty()) {
+      // The default path's directory is checked by DefaultAdminSocketPath.
+      if (absl::Status s = EnsureAdminSocketDir(admin_path_); !s.ok()) return s;
+    }
     absl::StatusOr<int> fd = ListenUnix(admin_path_);
     if (!fd.ok()) return fd.status();
     admin_fd_ = *fd;

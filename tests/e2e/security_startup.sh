@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Security, start-up checks that need no device (label unit, runs on the host):
-# the auth token file. A token file that group or others can read (or write),
+# the auth token file, and the directory of an explicit --admin_socket (must
+# be the node user's own, mode 0700: group/world access, another owner or a
+# symlink refused). A token file that group or others can read (or write),
 # a symlink, a directory, an empty file: the node refuses to start with a
 # message that names the file and what is wrong, exits non-zero before it
 # touches the network, the device or the database (no RocksDB directory, no
@@ -32,7 +34,7 @@ shm="kvnode-$TEST-$$"
 run_node() {
   local token=$1 tag=$2 rc=0
   "$NODE" --listen 127.0.0.1:0 --db_path "$dir/db-$tag" --shm_name "$shm" \
-    --admin_socket "$dir/admin-$tag/admin.sock" --auth_token_file "$token" \
+    --admin_socket "${ADMIN_SOCKET:-$dir/admin-$tag/admin.sock}" --auth_token_file "$token" \
     --arena_size $((8 << 20)) >"$dir/$tag.log" 2>&1 &
   local pid=$!
   pids+=("$pid")
@@ -83,12 +85,52 @@ chmod 600 "$dir/token-newline"
 expect_refused newline-only "$dir/token-newline" "empty token"
 expect_refused missing "$dir/no-such-token" "auth_token_file $dir/no-such-token: open: No such file"
 
+# --- an explicit --admin_socket whose directory is not the node's own 0700 one:
+# refused after the token check, before the device and the database; the
+# directory is left as it was and no socket is created in it.
+# expect_admin_refused TAG DIR MESSAGE-REGEX
+expect_admin_refused() {
+  local tag=$1 adir=$2 re=$3 rc=0 before
+  before=$(stat -c '%a %u' "$adir")
+  ADMIN_SOCKET="$adir/admin.sock" run_node "$dir/token" "$tag" || rc=$?
+  [[ $rc -ne 0 ]] || { cat "$dir/$tag.log" >&2; fail "$tag: the node started (exit $rc)"; }
+  grep -qE "$re" "$dir/$tag.log" || { cat "$dir/$tag.log" >&2; fail "$tag: no clear message /$re/"; }
+  [[ ! -e $adir/admin.sock ]] || fail "$tag: a socket was created in $adir"
+  [[ $(stat -c '%a %u' "$adir") == "$before" ]] || fail "$tag: $adir changed"
+  [[ ! -e $dir/db-$tag ]] || fail "$tag: RocksDB directory created before the admin dir check"
+  [[ ! -e /dev/shm/$shm ]] || fail "$tag: shared-memory segment created before the admin dir check"
+  log "ok: $tag refused (exit $rc): $(grep -oE "admin_socket .*" "$dir/$tag.log" | head -n 1)"
+}
+mkdir -m 700 "$dir/adm-ok"
+mkdir "$dir/adm-777" && chmod 777 "$dir/adm-777"
+expect_admin_refused admin-777 "$dir/adm-777" \
+  "admin_socket $dir/adm-777/admin.sock: directory $dir/adm-777 has mode 0777: group/others"
+mkdir "$dir/adm-1777" && chmod 1777 "$dir/adm-1777" # like /tmp
+expect_admin_refused admin-1777 "$dir/adm-1777" "directory $dir/adm-1777 has mode 1777"
+mkdir "$dir/adm-770" && chmod 770 "$dir/adm-770"
+expect_admin_refused admin-770 "$dir/adm-770" "directory $dir/adm-770 has mode 0770"
+ln -s "$dir/adm-ok" "$dir/adm-link"
+expect_admin_refused admin-symlink "$dir/adm-link" "directory $dir/adm-link is a symbolic link"
+if [[ $(id -u) -eq 0 ]]; then
+  mkdir -m 700 "$dir/adm-other"
+  chown 65534:65534 "$dir/adm-other"
+  expect_admin_refused admin-other-owner "$dir/adm-other" \
+    "directory $dir/adm-other is owned by uid 65534, not by this node's uid 0"
+else
+  log "skip: admin-other-owner needs root (to give the directory to uid 65534)"
+fi
+
 # The control: the same token with mode 0600 passes the token check.
 rc=0
 out=$(run_node "$dir/token" good) || rc=$?
 if grep -q "auth_token_file" "$dir/good.log"; then
   cat "$dir/good.log" >&2
   fail "a 0600 token file was refused"
+fi
+grep -q "admin_socket" "$dir/good.log" && { cat "$dir/good.log" >&2; fail "a missing admin dir was refused"; }
+if [[ -e $dir/admin-good ]]; then
+  [[ $(stat -c '%a' "$dir/admin-good") == 700 ]] || fail "the missing admin dir was created $(stat -c '%a' "$dir/admin-good")"
+  log "ok: a missing admin socket directory was created 0700"
 fi
 if [[ $out == "STILL RUNNING" ]]; then
   log "ok: 0600 token accepted (the node started: there is a device here)"

@@ -133,5 +133,70 @@ TEST_F(TokenFile, RefusesOversizeToken) {
   EXPECT_FALSE(ReadAuthTokenFile(path_).ok());
 }
 
+class AdminDir : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/kvnode-admindir-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    base_ = tmpl;
+  }
+  void TearDown() override { ASSERT_EQ(std::system(("rm -rf " + base_).c_str()), 0); }
+  std::string Dir(const std::string& name, mode_t mode) {
+    const std::string d = base_ + "/" + name;
+    EXPECT_EQ(mkdir(d.c_str(), 0700), 0);
+    EXPECT_EQ(chmod(d.c_str(), mode), 0);
+    return d;
+  }
+  static mode_t ModeOf(const std::string& p) {
+    struct stat st {};
+    EXPECT_EQ(lstat(p.c_str(), &st), 0) << p;
+    return st.st_mode & 07777;
+  }
+  std::string base_;
+};
+
+TEST_F(AdminDir, PrivateDirAccepted) {
+  EXPECT_TRUE(EnsureAdminSocketDir(Dir("ok", 0700) + "/admin.sock").ok());
+}
+
+TEST_F(AdminDir, MissingDirCreated0700) {
+  const std::string d = base_ + "/new";
+  absl::Status s = EnsureAdminSocketDir(d + "/admin.sock");
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(ModeOf(d), 0700u);
+}
+
+TEST_F(AdminDir, GroupOrWorldAccessRefused) {
+  for (mode_t m : {0777, 01777, 0770, 0750, 0705, 0720}) {
+    const std::string d = Dir("m" + std::to_string(m), m);
+    absl::Status s = EnsureAdminSocketDir(d + "/admin.sock");
+    EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << std::oct << m;
+    EXPECT_NE(s.message().find("directory " + d + " has mode"), absl::string_view::npos) << s;
+    EXPECT_EQ(ModeOf(d), m) << "the check must not repair (or touch) the directory";
+  }
+}
+
+TEST_F(AdminDir, SymlinkAndNonDirectoryRefused) {
+  const std::string target = Dir("target", 0700);
+  const std::string link = base_ + "/link";
+  ASSERT_EQ(symlink(target.c_str(), link.c_str()), 0);
+  absl::Status s = EnsureAdminSocketDir(link + "/admin.sock");
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_NE(s.message().find("is a symbolic link"), absl::string_view::npos) << s;
+  const std::string file = base_ + "/file";
+  std::ofstream(file) << "x";
+  s = EnsureAdminSocketDir(file + "/admin.sock");
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
+}
+
+TEST_F(AdminDir, OtherOwnerRefused) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to give a directory to uid 65534";
+  const std::string d = Dir("other", 0700);
+  ASSERT_EQ(chown(d.c_str(), 65534, 65534), 0);
+  absl::Status s = EnsureAdminSocketDir(d + "/admin.sock");
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_NE(s.message().find("owned by uid 65534"), absl::string_view::npos) << s;
+}
+
 }  // namespace
 }  // namespace kvnode::server

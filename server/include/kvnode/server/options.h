@@ -103,6 +103,14 @@ enum class WindowMode { kAuto, kOn, kOff };
 // (creating the chosen 0700 directory). Error when none is usable.
 [[nodiscard]] absl::StatusOr<std::string> DefaultAdminSocketPath();
 
+// The directory of an explicit --admin_socket `socket_path` (its dirname,
+// "." without a slash) must be private to this process's user: created 0700
+// if missing; PermissionDenied, naming the directory, its owner and mode, if
+// it is not a directory (a symlink included), is owned by another uid, or
+// grants group/others any access. Whoever can write that directory could
+// replace the socket and impersonate the node to kvctl.
+[[nodiscard]] absl::Status EnsureAdminSocketDir(const std::string& socket_path);
+
 // Reads the auth token file; refuses a file that is group/world readable or
 // not a regular file. Trailing '\n'/'\r' are stripped. Empty token refused.
 [[nodiscard]] absl::StatusOr<std::string> ReadAuthTokenFile(const std::string& path);
