@@ -205,10 +205,22 @@ absl::Status ServerImpl::Init(InheritedSockets inherited) {
             << ss.resident_keys << " resident), arena " << store_->arena().path() << " "
             << store_->arena_size() << " bytes, generation " << ss.generation;
 
-  if (absl::Status s = InitRegistrationAndDataPlane(); !s.ok()) return s;
-  if (absl::Status s = InitEpoll(); !s.ok()) return s;
-  if (absl::Status s = AddSocketsToEpoll(); !s.ok()) return s;
-  return WritePidFileAndLog();
+  // The arena exists now (this start created, rebuilt or claimed it: it is
+  // dirty either way). A start that fails from here on removes its name, so
+  // that it does not hold tmpfs memory until someone notices (existing
+  // mappings, the MR's included, stay valid until torn down).
+  absl::Status s = InitRegistrationAndDataPlane();
+  if (s.ok()) s = InitEpoll();
+  if (s.ok()) s = AddSocketsToEpoll();
+  if (s.ok()) s = WritePidFileAndLog();
+  if (!s.ok()) {
+    if (absl::Status r = storage::Arena::Remove(store_options_.arena_options()); !r.ok()) {
+      LOG(ERROR) << "start failed; removing the arena: " << r;
+    } else {
+      LOG(INFO) << "start failed: arena segment " << store_->arena().path() << " removed";
+    }
+  }
+  return s;
 }
 
 absl::Status ServerImpl::InitForTakeover(const std::function<absl::Status()>& after_attach) {

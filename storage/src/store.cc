@@ -228,11 +228,24 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const StoreOptions& options) 
       st.opened_as_ = OpenedAs::kRebuilt;
     }
     arena = absl::StatusOr<std::unique_ptr<Arena>>();  // unmap before re-creating
-    if (absl::Status s = st.Rebuild(); !s.ok()) return s;
+    absl::Status s = st.Rebuild();
     // The rebuilt arena inherits the database's generation line.
-    HeaderWord(st.arena_->header()->generation).store(db_gen);
+    if (s.ok()) HeaderWord(st.arena_->header()->generation).store(db_gen);
+    if (s.ok()) s = st.Claim();
+    if (!s.ok()) {
+      // Do not leave a half-built segment of ours behind (it holds tmpfs
+      // memory); a segment Create refused to touch (another user's) was not
+      // created here and stays.
+      if (st.arena_ != nullptr) {
+        if (absl::Status r = Arena::Remove(options.arena_options()); !r.ok()) {
+          LOG(ERROR) << "open failed; removing the arena: " << r;
+        }
+      }
+      return s;
+    }
+  } else if (absl::Status s = st.Claim(); !s.ok()) {
+    return s;
   }
-  if (absl::Status s = st.Claim(); !s.ok()) return s;
   LOG(INFO) << "store " << options.db_path << ": arena " << st.arena_->path() << " "
             << OpenedAsName(st.opened_as_) << ", generation " << st.arena_->header()->generation
             << ", " << st.arena_->header()->num_keys << " keys";

@@ -3,7 +3,8 @@
 #   memlock   a non-root node whose arena exceeds its RLIMIT_MEMLOCK (8 MiB for
 #             non-root users in deploy/rxe-vm) refuses to start with a message
 #             naming the limit and how to raise it; within the limit the same
-#             user's node starts
+#             user's node starts; the refused start (after its arena was
+#             created) leaves no shm object behind
 #   owner     that non-root node's arena shm object (0600), admin socket (0600)
 #             and its directory (0700) belong to the node's user; root's
 #             admin requests are accepted (SO_PEERCRED: same uid or root)
@@ -53,8 +54,10 @@ wait "$KV_PID" || rc=$?
 [[ $rc -ne 0 ]] || kv_fail "over the memlock limit the node exited 0"
 grep -q "RLIMIT_MEMLOCK" "$KV_LOG" || { cat "$KV_LOG" >&2; kv_fail "no message naming RLIMIT_MEMLOCK"; }
 kv_ok "memlock: refused (exit $rc): $(grep -m1 -o 'cannot start: .*' "$KV_LOG" | cut -c1-300)"
-[[ ! -e /dev/shm/$KV_SHM ]] || kv_log "note: the refused node left /dev/shm/$KV_SHM (a dirty arena, rebuilt at the next start)"
-rm -f "/dev/shm/$KV_SHM"
+# The refusal came after the arena was created (registration): it must be gone.
+grep -q "arena segment .* removed" "$KV_LOG" || { cat "$KV_LOG" >&2; kv_fail "memlock: the failed start did not say it removed its arena"; }
+[[ ! -e /dev/shm/$KV_SHM ]] || kv_fail "memlock: the refused node left /dev/shm/$KV_SHM behind"
+kv_ok "memlock: the failed start removed its arena (/dev/shm/$KV_SHM absent)"
 KV_PID=""
 
 # --- the same user within its limit: starts; its files are its own ------------

@@ -12,6 +12,7 @@
 #include "kvnode/storage/arena.h"
 #include "kvnode/storage/read_path.h"
 #include "kvnode/storage/store.h"
+#include "rocksdb/db.h"
 #include "test_util.h"
 
 namespace kvnode::storage {
@@ -211,6 +212,39 @@ TEST(LiveUpgradeTest, FailedHandoffRollsBack) {
   auto again = Store::Open(t.options);
   ASSERT_TRUE(again.ok());
   EXPECT_EQ((*again)->opened_as(), Store::OpenedAs::kReattached);
+}
+
+// A start that fails after the segment was created must not leave it in
+// /dev/shm (it would hold tmpfs memory until someone removed it).
+TEST(FailedOpenTest, RebuildFailureRemovesTheSegmentItCreated) {
+  TempStore t;
+  {
+    auto s = Store::Open(t.options);
+    ASSERT_TRUE(s.ok()) << s.status();
+    Fill(**s, 20);
+    ASSERT_TRUE((*s)->Close().ok());
+  }
+  ASSERT_TRUE(Arena::Remove(t.options.arena_options()).ok());
+  {
+    // A record shorter than its version prefix: the rebuild reports data loss.
+    rocksdb::DBOptions dbo;
+    std::vector<rocksdb::ColumnFamilyDescriptor> cfs = {
+        {rocksdb::kDefaultColumnFamilyName, rocksdb::ColumnFamilyOptions()},
+        {"kvnode.meta", rocksdb::ColumnFamilyOptions()}};
+    std::vector<rocksdb::ColumnFamilyHandle*> h;
+    rocksdb::DB* db = nullptr;
+    ASSERT_TRUE(rocksdb::DB::Open(dbo, t.options.db_path, cfs, &h, &db).ok());
+    ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), h[0], "torn", "xy").ok());
+    for (auto* c : h) ASSERT_TRUE(db->DestroyColumnFamilyHandle(c).ok());
+    ASSERT_TRUE(db->Close().ok());
+    delete db;
+  }
+  const std::string path = "/dev/shm/" + t.options.shm_name;
+  auto o = Store::Open(t.options);
+  ASSERT_FALSE(o.ok());
+  EXPECT_TRUE(absl::IsDataLoss(o.status())) << o.status();
+  EXPECT_NE(access(path.c_str(), F_OK), 0) << path << " left behind by a failed open";
+  EXPECT_EQ(errno, ENOENT);
 }
 
 TEST(PermissionTest, SegmentIsPrivate) {
