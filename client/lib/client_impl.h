@@ -1,7 +1,9 @@
 // Internals of kvnode::client::Client (not installed). Split by concern:
-//   control.cc   TCP connect, the Hello..Ready handshake, control frames
-//   session.cc   Session: QP, receive buffers, teardown
-//   client.cc    Connect/Close, lost sessions, Move, synchronous API
+//   control.cc   non-blocking TCP connect and frame I/O, Error mapping
+//   session.cc   the session state machine: handshake (connect, Hello,
+//                Welcome, QP, Ready), Move, reconnect, drain and teardown
+//   client.cc    options, Connect/Close, device setup, control messages,
+//                synchronous API
 //   datapath.cc  hot path: Submit, Poll, completions, GET read path, RPCs
 //
 // Owned by one thread (see client.h); no locks anywhere.
@@ -14,6 +16,7 @@
 #include <deque>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -51,9 +54,28 @@ class Fd {
   int fd_ = -1;
 };
 
-// TCP connect to "host:port" before `deadline`; TCP_NODELAY, non-blocking.
-// Unavailable when refused/unreachable, DeadlineExceeded when silent.
+// Starts a TCP connect to "host:port" (TCP_NODELAY, non-blocking) and returns
+// the socket with the connection established or in progress: wait for
+// POLLOUT, then TcpConnectDone. Unavailable when refused at once.
+absl::StatusOr<Fd> TcpConnectStart(const std::string& endpoint);
+// Without waiting: true once the connect of a TcpConnectStart socket has
+// succeeded, false while in progress, Unavailable when it failed.
+absl::StatusOr<bool> TcpConnectDone(int fd, const std::string& endpoint);
+// Both, waiting until `deadline` (DeadlineExceeded when silent).
 absl::StatusOr<Fd> TcpConnect(const std::string& endpoint, absl::Time deadline);
+
+// Sends one control frame without waiting for room: a frame that does not
+// fit in the socket's send buffer means the peer stopped reading, and the
+// error then means "close the connection".
+absl::Status SendFrame(int fd, const proto::ControlMessage& m);
+// Appends whatever has arrived on `fd` to `assembler` without waiting.
+// Unavailable once the peer closed (bytes before the close are appended).
+absl::Status ReceiveAvailable(int fd, proto::FrameAssembler* assembler);
+// poll() on `fds` until one is ready or `until` (at most 1 s); EINTR retried.
+void PollFds(std::span<pollfd> fds, absl::Time until);
+
+// The rdma layer's deadline type for an absl::Time.
+rdma::Deadline ToRdmaDeadline(absl::Time t);
 
 // Maps an Error frame from the server to a typed status.
 absl::Status ServerErrorStatus(const proto::Error& e, std::string_view during);
@@ -69,11 +91,29 @@ inline uint32_t WrIndex(uint64_t wr_id) { return static_cast<uint32_t>(wr_id) & 
 
 // --- session (session.cc) --------------------------------------------------------
 
+// Where a Session is. The handshake (kConnecting..kAwaitReady) and the
+// retirement (kDraining, kFlushing) advance from Poll, one step when its fd
+// or completion is ready, each step bounded by Session::step_deadline;
+// nothing waits.
+enum class SessionState : uint8_t {
+  kConnecting,    // TCP connect in progress: wait for POLLOUT
+  kAwaitWelcome,  // Hello sent
+  kAwaitReady,    // QP in RTS, ClientQp sent
+  kUp,            // serving
+  kDraining,      // left by a Move: what is outstanding on its QP finishes
+  kFlushing,      // QP in ERR: waiting for the flushed completions
+};
+const char* SessionStateName(SessionState s);
+
 // One connection to one server process: the control socket, the RC QP and
-// its receive buffers. A Client has one, and two while it moves.
+// its receive buffers. A Client has one, and more while it moves or
+// reconnects (current_, pending_, retiring_).
 struct Session {
   uint32_t epoch = 0;  // tags this session's wr_ids
   std::string endpoint;
+  SessionState state = SessionState::kConnecting;
+  absl::Time step_deadline;  // the current step fails (or gives up) then
+  bool for_move = false;     // handshake started by a Move (not a reconnect)
   proto::Welcome welcome;
   std::optional<storage::Geometry> geometry;  // nullopt: no READ fast path
 
@@ -93,10 +133,11 @@ struct Session {
 
   absl::Time last_rx;   // last control frame received
   absl::Time last_tx;   // last control frame sent
-  bool moving = false;  // Move received: post nothing new here
+  bool moving = false;  // Move received: READs go on, RPCs wait for the new session
   proto::Move move;
   absl::Time move_drain_deadline;
-  bool broken = false;  // lost: drain and destroy
+  bool moved = false;   // retired by a Move: MoveAck and Goodbye once drained
+  bool broken = false;  // lost or retiring: post nothing here
   absl::Status broken_why;
 };
 
@@ -152,7 +193,7 @@ class Client::Impl {
   ~Impl();
 
   // client.cc
-  absl::Status Init();  // device, PD, CQ, slot buffers, first session
+  absl::Status Init();  // first session (device, PD, CQ, buffers on its Welcome)
   absl::Status Close(absl::Time deadline);
   OpResult Execute(const OpRequest& op);
 
@@ -174,25 +215,42 @@ class Client::Impl {
  private:
   friend class Client;
 
-  // --- client.cc: sessions -------------------------------------------------
-  // One connection attempt to `endpoint` with client_id_ (0: new id). Each
-  // wait for the server (TCP connect, Welcome, Ready) is bounded by
-  // options_.connect_timeout; local verbs setup is not.
-  absl::StatusOr<std::unique_ptr<Session>> OpenSession(const std::string& endpoint);
-  absl::Status Handshake(Session* s);
-  // Tears a session down: QP to ERR, drain (flushed work requests of slots
-  // are accounted and the slots requeued), destroy, close the socket after
-  // sending `goodbye` if set.
-  void DestroySession(std::unique_ptr<Session>& holder, bool say_goodbye);
-  // Lost session: destroy it and schedule reconnection.
-  void OnSessionLost(std::unique_ptr<Session>& holder);
-  // Reconnect when due; true if a session is up afterwards.
-  bool MaybeReconnect(absl::Time now);
-  // The Move state machine, from Poll.
-  void ProgressMove(absl::Time now);
-  // Control frames: reads what arrived, handles Keepalive/Move/Goodbye/...
+  // --- client.cc ---------------------------------------------------------------
+  // Device context, PD, CQ and registered buffers: on the first Welcome, so
+  // they are set up while the server answers.
+  absl::Status InitDevice();
+  // Control frames of the current session: Keepalive/Move/Goodbye/...
   void PollControl(Session* s, absl::Time now);
   void SendControl(Session* s, const proto::ControlMessage& m);
+
+  // --- session.cc: the session state machine -------------------------------------
+  // Everything below runs from Poll (and Connect/Close) and never waits.
+  void ProgressSessions(absl::Time now);
+  // Handshake of pending_ with `endpoint` as client_id_ (0: new id). One
+  // function per step; each returns an error that ends the attempt.
+  void StartHandshake(const std::string& endpoint, bool for_move, absl::Time now);
+  void StepHandshake(absl::Time now);
+  absl::Status StepConnect(Session* s, absl::Time now);  // POLLOUT -> Hello
+  absl::Status SendHello(Session* s, absl::Time now);
+  absl::Status StepReceive(Session* s, absl::Time now);         // Welcome or Ready
+  absl::Status OnWelcome(Session* s, const proto::Welcome& w);  // QP, ClientQp
+  void OnReady(Session* s, absl::Time now);
+  void HandshakeFailed(absl::Status why, absl::Time now);
+  // pending_ is up: it becomes current_; a moved current_ is retired.
+  void InstallPending(absl::Time now);
+  // A session leaves: drained (kDraining, moved) and flushed (kFlushing)
+  // from StepRetiring, then destroyed (FinishRetire).
+  void Retire(std::unique_ptr<Session> s, absl::Time now);
+  void StepRetiring(absl::Time now);
+  void FinishRetire(std::unique_ptr<Session> s, absl::Time now);
+  bool HasOutstandingWork(const Session* s) const;
+  // Slots whose work was on `s` (now gone): requeued with the same sequence.
+  void ReleaseSlots(const Session* s, absl::Time now);
+  // The current session was lost: retire it, schedule reconnection.
+  void OnSessionLost(absl::Time now);
+  // Blocking teardown for Close(): drain with a deadline, destroy.
+  void DestroySession(std::unique_ptr<Session>& holder, bool say_goodbye);
+  bool SideFree() const { return !side_in_use_[0] || !side_in_use_[1]; }
 
   // --- datapath.cc -------------------------------------------------------------
   int PollCq();
@@ -212,9 +270,10 @@ class Client::Impl {
   void CheckDeadlines(absl::Time now);
   void RepostRecv(Session* s, uint32_t recv_index);
   Session* SessionByEpoch(uint32_t epoch);
-  bool SessionUsable() const {
-    return current_ != nullptr && !current_->broken && !current_->moving;
-  }
+  // READs keep going on the current session while a Move's handshake runs;
+  // RPCs wait for the new session.
+  bool CanRead() const { return current_ != nullptr && !current_->broken; }
+  bool CanSend() const { return CanRead() && !current_->moving; }
   char* SendBuf(uint32_t idx) { return static_cast<char*>(slot_mem_.data()) + idx * kSlotStride; }
   char* ReadBuf(uint32_t idx) { return SendBuf(idx) + kSendBufSize; }
 
@@ -236,8 +295,9 @@ class Client::Impl {
   rdma::HostMemory recv_mem_[2];
   std::shared_ptr<rdma::Mr> recv_mr_[2];
   bool side_in_use_[2] = {false, false};
-  std::unique_ptr<Session> old_;      // the session being left by a Move
-  std::unique_ptr<Session> current_;  // where new work goes
+  std::unique_ptr<Session> current_;                // where new work goes (kUp)
+  std::unique_ptr<Session> pending_;                // handshake in progress (Move or reconnect)
+  std::vector<std::unique_ptr<Session>> retiring_;  // draining/flushing, then destroyed
 
   std::vector<Slot> slots_;
   std::vector<uint32_t> free_;
@@ -247,7 +307,7 @@ class Client::Impl {
   uint32_t next_epoch_ = 1;
   uint32_t sync_tag_ = 0;
 
-  // Reconnection.
+  // Reconnection; next_reconnect_ also paces a Move's handshake attempts.
   bool need_reconnect_ = false;
   absl::Time next_reconnect_;
   absl::Duration reconnect_backoff_;

@@ -5,7 +5,6 @@
 #include <poll.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -36,7 +35,10 @@ proto::Opcode ToOpcode(OpKind k) {
 
 Session* Client::Impl::SessionByEpoch(uint32_t epoch) {
   if (current_ != nullptr && current_->epoch == epoch) return current_.get();
-  if (old_ != nullptr && old_->epoch == epoch) return old_.get();
+  for (const std::unique_ptr<Session>& s : retiring_) {
+    if (s->epoch == epoch) return s.get();
+  }
+  if (pending_ != nullptr && pending_->epoch == epoch) return pending_.get();
   return nullptr;
 }
 
@@ -137,13 +139,17 @@ void Client::Impl::Requeue(uint32_t idx, absl::Time not_before) {
 
 void Client::Impl::Start(uint32_t idx) {
   Slot& s = slots_[idx];
-  if (!SessionUsable() || s.not_before > absl::Now()) {
+  if (!CanRead() || s.not_before > absl::Now()) {
     Requeue(idx, s.not_before);
     return;
   }
   if (!s.use_rpc && current_->geometry.has_value()) {
     s.step = storage::FirstRead(*current_->geometry, s.key);
     PostRead(idx, s);
+    return;
+  }
+  if (!CanSend()) {  // moving: the RPC goes on the new session
+    Requeue(idx, s.not_before);
     return;
   }
   if (s.sequence == 0) {
@@ -345,7 +351,7 @@ void Client::Impl::OnReadDone(uint32_t idx, Slot& s) {
       s.use_rpc = true;
       break;
   }
-  if (!SessionUsable() || ses != current_.get()) {
+  if (!CanRead() || ses != current_.get()) {
     Requeue(idx, absl::Now());  // restarts from FirstRead on the next session
     return;
   }
@@ -440,7 +446,7 @@ void Client::Impl::RunQueue(absl::Time now) {
     Slot& s = slots_[idx];
     s.in_queue = false;
     if (s.state != Slot::State::kQueued) continue;
-    if (s.not_before > now || !SessionUsable()) {
+    if (s.not_before > now || !CanRead()) {
       s.in_queue = true;
       queue_.push_back(idx);
       continue;
@@ -476,15 +482,9 @@ size_t Client::Impl::Poll(std::span<OpResult> out) {
   PollCq();
   if (now >= next_control_check_) {
     next_control_check_ = now + absl::Microseconds(200);
-    if (old_ != nullptr) PollControl(old_.get(), now);
     if (current_ != nullptr) PollControl(current_.get(), now);
   }
-  if (old_ != nullptr && old_->broken) DestroySession(old_, false);
-  if (current_ != nullptr && current_->broken) OnSessionLost(current_);
-  if (current_ != nullptr && current_->moving) ProgressMove(now);
-  if (current_ == nullptr && need_reconnect_ && outstanding() > 0) {
-    if (MaybeReconnect(now)) now = absl::Now();
-  }
+  ProgressSessions(now);
   if (!queue_.empty()) RunQueue(now);
   if (now >= next_deadline_check_) {
     next_deadline_check_ = now + absl::Milliseconds(1);
@@ -536,15 +536,31 @@ void Client::Impl::AppendWaitFds(std::vector<pollfd>* fds, absl::Time* until) {
     }
     fds->push_back(pollfd{cq_->channel_fd(), POLLIN, 0});
   }
-  for (Session* s : {old_.get(), current_.get()}) {
-    if (s == nullptr) continue;
+  if (Session* s = current_.get(); s != nullptr) {
     fds->push_back(pollfd{s->fd.get(), POLLIN, 0});
     *until = std::min(*until, s->last_tx + options_.keepalive_interval);
-    if (s->moving || s->broken) *until = std::min(*until, now + absl::Milliseconds(1));
+    if (s->broken) *until = now;
   }
-  if (!queue_.empty() || need_reconnect_) {
-    absl::Time t = need_reconnect_ ? next_reconnect_ : now + absl::Milliseconds(1);
-    for (uint32_t idx : queue_) t = std::min(t, slots_[idx].not_before);
+  if (Session* s = pending_.get(); s != nullptr) {
+    const bool connecting = s->state == SessionState::kConnecting;
+    fds->push_back(pollfd{s->fd.get(), static_cast<short>(connecting ? POLLOUT : POLLIN), 0});
+    *until = std::min(*until, s->step_deadline);
+  }
+  for (const std::unique_ptr<Session>& s : retiring_) {
+    // Draining: completions wake us (CQ channel), else its deadline.
+    // Flushing: the next non-blocking drain step soon.
+    *until = std::min(*until, s->state == SessionState::kDraining ? s->step_deadline
+                                                                  : now + absl::Milliseconds(1));
+  }
+  // The next handshake attempt (a Move's, or a reconnection with work to do).
+  const bool attempt_due =
+      pending_ == nullptr &&
+      (current_ != nullptr ? current_->moving : need_reconnect_ && outstanding() > 0);
+  if (!queue_.empty() || attempt_due) {
+    absl::Time t = attempt_due ? next_reconnect_ : now + absl::Milliseconds(1);
+    if (CanSend()) {
+      for (uint32_t idx : queue_) t = std::min(t, slots_[idx].not_before);
+    }
     *until = std::min(*until, std::max(t, now));
   }
   for (const Slot& s : slots_) {
@@ -558,14 +574,7 @@ void Client::Impl::AppendWaitFds(std::vector<pollfd>* fds, absl::Time* until) {
 void Client::Impl::Wait(absl::Time until) {
   std::vector<pollfd> fds;
   AppendWaitFds(&fds, &until);
-  const absl::Duration left = until - absl::Now();
-  if (left <= absl::ZeroDuration()) return;
-  const int ms = static_cast<int>(
-      std::min<int64_t>(absl::ToInt64Milliseconds(left + absl::Microseconds(999)), 1000));
-  int n;
-  do {
-    n = poll(fds.data(), fds.size(), ms);
-  } while (n < 0 && errno == EINTR);
+  PollFds(std::span<pollfd>(fds), until);
 }
 
 }  // namespace kvnode::client
