@@ -1,0 +1,505 @@
+#!/usr/bin/env bash
+# Soak of the live upgrade (issue 8): N consecutive live upgrades of one kvnode
+# under `kvload --verify`, with client churn and, every few upgrades, a random
+# cell of the new side's fault matrix injected first. Stops at the first
+# failed operation, verification error or leak; prints a summary. Runs on the
+# host's verbs device, or inside deploy/rxe-vm (Soft-RoCE) when there is none.
+# `deploy/soak.sh --help` explains every option.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+source deploy/lib.sh
+
+usage() {
+  cat <<'EOF'
+usage: deploy/soak.sh [options]
+
+N consecutive live upgrades (SIGUSR2; every 5th by `kvctl upgrade`) of one
+kvnode, alternating between two builds that differ in their build id, under
+`kvload --verify` (8 clients, YCSB A, depth 4, ack log). Along the way:
+  churn   every C upgrades a second, short-lived kvload (2 clients, --verify,
+          its own keys) joins (before the signal, or right after it on every
+          other round, i.e. while the upgrade runs) and leaves after the
+          upgrade; its report must be clean too.
+  faults  every K upgrades, before upgrade i, one attempt with a random cell
+          PHASE:ACTION of the new side's fault matrix (phases n_attach
+          n_register n_ready n_open_db n_accepting, actions crash hang fail;
+          docs/upgrade.md section 8), given to N only through the
+          --upgrade_binary wrapper. Expected outcome: rollback (the same
+          generation serves on, rollbacks +1, N gone, writes resumed).
+After every upgrade, within a deadline, the node must be back to the steady
+state measured before the first upgrade: the same number of clients, of QPs
+and MRs (rdma resource show, per process and system-wide), of open fds
+(/proc/PID/fd, RocksDB's *.sst and WAL files excepted: their number follows
+flushes and compactions), no child process, no handoff header and no shm object besides
+the arena. The run stops at the first failed operation, verification error,
+stale read, unexpected outcome or leak. At the end: kvload's report, the
+ack-log audit, a clean SIGTERM (exit 0, no verbs object, no shm), then the
+summary: upgrades done, faults by cell, failed ops, max blackout, RSS/fd/QP/MR
+at start and end. Exit 0 only when clean. One progress line per upgrade.
+
+options:
+  --upgrades N       live upgrades to perform (default 1000)
+  --max_minutes M    start no new upgrade after M minutes and finish cleanly
+                     (default 0 = no limit); the summary says so
+  --fault_every K    a fault attempt before every K-th upgrade (default 4;
+                     0 = none)
+  --cells LIST       comma-separated PHASE:ACTION cells to draw from (default:
+                     the 15 new-side cells)
+  --churn_every C    a churning second kvload around every C-th upgrade
+                     (default 3; 0 = none)
+  --seed S           seed of the fault draw and of both kvloads (default: from
+                     the clock; printed, pass it again to replay the same cells)
+  --clients M        clients of the main kvload (default 8)
+  --keys K           keys of the main kvload (default 2000)
+  --op_timeout_ms T  kvload's deadline per operation (default 60000: a hang at
+                     n_open_db/n_accepting pauses writes for the Owned deadline
+                     (20 s here) plus RocksDB close and reopen, ~30 s under TCG)
+  --build DIR        build directory (default $KVNODE_BUILD_DIR or build/)
+  --no-build         do not build kvnode kvload kvctl kvnode_raw_client first
+  --vm_timeout S     guest time limit when run in deploy/rxe-vm (default:
+                     600 + 120 per upgrade, or 900 + 60 per --max_minutes
+                     when that is less)
+  --keep             keep the work directory (node log, kvload logs, reports)
+  -h, --help         this text
+
+Examples:
+  deploy/soak.sh --upgrades 200                 ~40 min in the TCG guest
+  deploy/soak.sh --upgrades 20 --seed 42        replays the same fault cells
+EOF
+}
+
+upgrades=1000 fault_every=4 churn_every=3 seed="" clients=8 keys=2000 op_timeout=60000
+max_minutes=0 cells="" build=${KVNODE_BUILD_DIR:-$PWD/build} do_build=1 vm_timeout="" keep=0 inner=0
+orig_args=("$@")
+while (($#)); do
+  case $1 in
+    --upgrades) upgrades=$2; shift ;;
+    --fault_every) fault_every=$2; shift ;;
+    --max_minutes) max_minutes=$2; shift ;;
+    --cells) cells=$2; shift ;;
+    --churn_every) churn_every=$2; shift ;;
+    --seed) seed=$2; shift ;;
+    --clients) clients=$2; shift ;;
+    --keys) keys=$2; shift ;;
+    --op_timeout_ms) op_timeout=$2; shift ;;
+    --build) build=$(realpath "$2"); shift ;;
+    --no-build) do_build=0 ;;
+    --vm_timeout) vm_timeout=$2; shift ;;
+    --keep) keep=1 ;;
+    --inner) inner=1 ;;
+    -h | --help) usage; exit 0 ;;
+    *) echo "soak.sh: unknown option '$1' (--help lists them)" >&2; exit 2 ;;
+  esac
+  shift
+done
+for v in upgrades max_minutes fault_every churn_every clients keys op_timeout; do
+  [[ ${!v} =~ ^[0-9]+$ ]] || { echo "soak.sh: --$v must be a number, not '${!v}'" >&2; exit 2; }
+done
+((upgrades >= 1 && clients >= 1)) || { echo "soak.sh: --upgrades and --clients must be >= 1" >&2; exit 2; }
+[[ -n $seed ]] || seed=$(($(date +%s%N) % 1000000007))
+[[ $seed =~ ^[0-9]+$ ]] || { echo "soak.sh: --seed must be a number" >&2; exit 2; }
+
+# --- outside: build, then run here (device present) or in the VM -------------
+if ((inner == 0)); then
+  if ((do_build)); then
+    cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+    cmake --build "$build" -j 2 --target kvnode kvload kvctl kvnode_raw_client
+  fi
+  args=(--inner --upgrades "$upgrades" --max_minutes "$max_minutes" --fault_every "$fault_every" --churn_every "$churn_every"
+    --seed "$seed" --clients "$clients" --keys "$keys" --op_timeout_ms "$op_timeout")
+  [[ -n $cells ]] && args+=(--cells "$cells")
+  ((keep)) && args+=(--keep)
+  if kv_active_device >/dev/null; then
+    KVNODE_BUILD_DIR=$build exec "$PWD/deploy/soak.sh" "${args[@]}"
+  fi
+  echo "== no verbs device on this host: running in deploy/rxe-vm (Soft-RoCE rxe0 in a QEMU guest)"
+  t=$((600 + 120 * upgrades))
+  ((max_minutes > 0 && 900 + 60 * max_minutes < t)) && t=$((900 + 60 * max_minutes))
+  exec deploy/rxe-vm --rw "$build" --timeout "${vm_timeout:-$t}" -- \
+    env KVNODE_BUILD_DIR="$build" "$PWD/deploy/soak.sh" "${args[@]}"
+fi
+
+# --- inside: a verbs device is present ------------------------------------------
+export KVNODE_BUILD_DIR=$build
+source tests/e2e/lib.sh
+source tests/e2e/upgrade_lib.sh
+kv_require_device
+
+all_cells=""
+for p in n_attach n_register n_ready n_open_db n_accepting; do
+  for a in crash hang fail; do all_cells+="$p:$a "; done
+done
+read -r -a cell_list <<<"${cells//,/ }"
+((${#cell_list[@]})) || read -r -a cell_list <<<"$all_cells"
+for c in "${cell_list[@]}"; do
+  [[ " $all_cells " == *" $c "* ]] || kv_fail "--cells: '$c' is not a new-side cell ($all_cells)"
+done
+
+# Reproducible draws that nothing else consumes (bash's $RANDOM is also used
+# by lib.sh for names): a 31-bit LCG seeded by --seed.
+rng=$seed
+draw() { # N -> sets DRAW in [0, N)
+  rng=$(((rng * 1103515245 + 12345) % 2147483648))
+  DRAW=$(((rng >> 8) % $1))
+}
+
+# Two wrapper "builds" like up_make_builds (build id, --upgrade_binary = the
+# other one), plus: --upgrade_fault from $dir/fault (read when N is exec'd,
+# so only N is armed), and the flags each upgrade appends (--listen=, the
+# wrapper's own) are collapsed so that the argv does not grow over 1000 upgrades.
+soak_make_builds() {
+  local dir=$1 real=$KV_BUILD/server/kvnode b other
+  for b in a b; do
+    other=b
+    [[ $b == b ]] && other=a
+    cat >"$dir/kvnode-$b" <<EOF
+#!/bin/bash
+args=() listen=()
+while ((\$#)); do
+  case \$1 in
+    --build_id=* | --upgrade_binary=* | --upgrade_fault=*) ;;
+    --listen=*) listen=("\$1") ;;
+    --listen) listen=("--listen=\$2"); shift ;;
+    *) args+=("\$1") ;;
+  esac
+  shift
+done
+fault=\$(cat "$dir/fault" 2>/dev/null || true)
+exec "$real" "\${args[@]}" "\${listen[@]}" --build_id=build-$b \\
+  --upgrade_binary="$dir/kvnode-$other" --upgrade_fault="\$fault"
+EOF
+    chmod 755 "$dir/kvnode-$b"
+  done
+  : >"$dir/fault"
+}
+
+# --- probes of the node's state ---------------------------------------------------
+# Cheap on purpose (one `rdma` call per kind, one `ls` of the fds): they are
+# polled under TCG, where every fork costs.
+# Open fds of PID, RocksDB's table (*.sst) and WAL (*.log) files excepted: their
+# number follows flushes and compactions (each upgrade and rollback flushes).
+fd_count() { ls -l "/proc/$1/fd" 2>/dev/null | grep -- ' -> ' | grep -Evc '/db/[^/]*\.(sst|log)$' || true; }
+fd_list() { ls -l "/proc/$1/fd" 2>/dev/null | grep -o -- '-> .*' | sed 's/^-> //;s/.*\///' | sort | uniq -c | tr -s ' \n' ' '; }
+rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status" 2>/dev/null || echo "?"; }
+shm_list() { ls /dev/shm | grep -F "$KV_SHM" | tr '\n' ' ' || true; }
+children_of() { cat /proc/"$1"/task/*/children 2>/dev/null | tr -s ' \n' ' ' | sed 's/^ //;s/ $//'; }
+clients_are() { [[ $(kv_stat clients) == "$1" ]]; }
+# KIND PID -> "objects-of-PID's-threads all-objects kvnode-objects-of-other-pids"
+# (`rdma resource show` names the thread that created an object, as
+# up_rdma_count in upgrade_lib.sh explains).
+rdma_counts() {
+  local tids
+  tids=" $(ls "/proc/$2/task" 2>/dev/null | tr '\n' ' ') "
+  rdma resource show "$1" 2>/dev/null | awk -v tids="$tids" '
+    NF { all++
+         p = ""; for (i = 1; i < NF; i++) if ($i == "pid") p = $(i + 1)
+         if (p != "" && index(tids, " " p " ")) own++
+         else if ($0 ~ / comm kvnode/) foreign++ }
+    END { printf "%d %d %d\n", own, all, foreign }'
+}
+
+# Sets S_QP S_MR (the node's) S_TQP S_TMR (system-wide: kvload's too) S_FOREIGN
+# (kvnode objects of other processes) S_FD S_RSS S_CHILD S_SHM.
+snapshot() {
+  local fq fm
+  read -r S_QP S_TQP fq < <(rdma_counts qp "$KV_PID")
+  read -r S_MR S_TMR fm < <(rdma_counts mr "$KV_PID")
+  S_FOREIGN=$((fq + fm))
+  S_FD=$(fd_count "$KV_PID")
+  S_RSS=$(rss_kib "$KV_PID")
+  S_CHILD=$(children_of "$KV_PID")
+  S_SHM=$(shm_list)
+}
+steady() {
+  clients_are "$clients" || return 1
+  snapshot
+  [[ $S_QP == "$B_QP" && $S_MR == "$B_MR" && $S_TQP == "$B_TQP" && $S_TMR == "$B_TMR" &&
+    $S_FD == "$B_FD" && $S_FOREIGN == 0 && -z $S_CHILD && $S_SHM == "$B_SHM" ]]
+}
+state_line() { echo "clients $(kv_stat clients) QP $S_QP/$S_TQP MR $S_MR/$S_TMR fd $S_FD rss ${S_RSS}KiB"; }
+
+# Last progress line of a kvload log -> "failed verify_err stale".
+load_errors() {
+  local l
+  l=$(grep -a '^\[' "$1" | tail -n 1)
+  [[ -n $l ]] || { echo "0 0 0"; return; }
+  sed -E 's/.*failed ([0-9]+) +verify_err ([0-9]+) +stale ([0-9]+).*/\1 \2 \3/' <<<"$l"
+}
+check_load() { # LOG PID NAME: alive and no error yet
+  local f v s
+  read -r f v s < <(load_errors "$1")
+  [[ $f == 0 && $v == 0 && $s == 0 ]] ||
+    soak_fail "$3: failed ops $f, verify errors $v, stale reads $s (log $1: $(grep -a 'failed:' "$1" | head -n 3))"
+  kill -0 "$2" 2>/dev/null || soak_fail "$3 (pid $2) exited early: $(tail -n 5 "$1")"
+}
+
+# --- bookkeeping and the summary ------------------------------------------------------
+done_ups=0 faults=0 churns=0 summary_done=0 fail_msg="" load_pid="" churn_pid=""
+declare -A cell_count=() cell_ms=()
+owned_ms=() windows=() fault_cells=""
+t_start=$(date +%s%N) t_base=0 time_up=0
+B_QP=? B_MR=? B_TQP=? B_TMR=? B_FD=? B_RSS=?
+S_QP=? S_MR=? S_TQP=? S_TMR=? S_FD=? S_RSS=?
+
+# kv_fail (lib.sh) also records the reason for the summary.
+eval "lib_kv_fail() $(declare -f kv_fail | tail -n +2)"
+kv_fail() {
+  fail_msg=$*
+  lib_kv_fail "$@"
+}
+soak_fail() { kv_fail "$@"; }
+
+stop_load() { # PID: SIGINT, wait with a deadline; sets LOAD_RC
+  local pid=$1
+  LOAD_RC=0
+  [[ -n $pid ]] || return 0
+  kill -INT "$pid" 2>/dev/null || true
+  if ! kv_wait_for 60 up_gone "$pid"; then
+    kill -KILL "$pid" 2>/dev/null || true
+  fi
+  wait "$pid" || LOAD_RC=$?
+}
+
+summary() {
+  ((summary_done)) && return 0
+  summary_done=1
+  local rc=$1 report=${KV_DIR:-/nonexistent}/report.json
+  [[ -n $churn_pid ]] && stop_load "$churn_pid"
+  churn_pid=""
+  if [[ -n $load_pid ]]; then
+    stop_load "$load_pid"
+    load_pid=""
+    ((LOAD_RC == 0)) || rc=1
+  fi
+  local wall=$((($(date +%s%N) - t_start) / 1000000000))
+  echo "================ soak summary ================"
+  echo "command:   deploy/soak.sh --upgrades $upgrades --max_minutes $max_minutes --fault_every $fault_every --churn_every $churn_every --seed $seed --clients $clients --keys $keys --op_timeout_ms $op_timeout${cells:+ --cells $cells}"
+  echo "result:    $( ((rc == 0)) && echo CLEAN || echo "FAILED${fail_msg:+: $fail_msg}")"
+  echo "upgrades:  $done_ups of $upgrades done$( ((time_up)) && echo " (--max_minutes $max_minutes reached)") in ${wall} s wall ($( ((done_ups)) && echo "$((wall / done_ups)) s per upgrade incl. faults and checks" || echo "-"))"
+  if ((${#owned_ms[@]})); then
+    printf '%s\n' "${owned_ms[@]}" | sort -n | awk '{a[NR]=$1} END {printf "signal->Owned: min %d ms, median %d ms, max %d ms\n", a[1], a[int((NR+1)/2)], a[NR]}'
+  fi
+  echo "faults:    $faults injected (new side, outcome rollback each)"
+  local c
+  for c in $(printf '%s\n' "${!cell_count[@]}" | sort); do
+    printf '  %-18s x%-3d recovery (signal -> rolled back) max %d ms\n' "$c" "${cell_count[$c]}" "${cell_ms[$c]}"
+  done
+  echo "churn:     $churns short-lived kvloads joined and left"
+  if [[ -f $report ]]; then
+    python3 - "$report" "$t_base" "${windows[@]}" <<'PY' || true
+import json, sys
+r = json.load(open(sys.argv[1]))
+base, slot = int(sys.argv[2]), r["timeline_slot_ms"]
+tl = r["timeline"]
+worst, worst_i, worst_lat = 0.0, 0, 0.0
+for i, w in enumerate(sys.argv[3:], 1):
+    t0, t1 = ((int(x) - base) / 1e6 for x in w.split(":"))
+    run = 0.0
+    for s in tl[max(0, int(t0 // slot) - 1):int(t1 // slot) + 2]:
+        worst_lat = max(worst_lat, s["max_latency_us"])
+        run = run + slot if s["ops"] == 0 else 0.0
+        if run > worst:
+            worst, worst_i = run, i
+c = r["client"]
+print(f"kvload:    {r['ops']} ops, failed {r['failed_ops']}, verify errors {r['verify_errors']}, "
+      f"stale {r['stale_reads']}, moves {c['moves']}, reconnects {c['reconnects']}, BUSY {c['busy']}")
+print(f"blackout:  max {worst:.0f} ms (upgrade window {worst_i}; 10 ms slots without a completed op), "
+      f"max latency in upgrade windows {worst_lat / 1000:.1f} ms; whole run longest gap {r['blackout_ms']:.0f} ms")
+PY
+  else
+    echo "kvload:    no report (kvload did not finish)"
+  fi
+  echo "state:     start: QP $B_QP (all $B_TQP), MR $B_MR (all $B_TMR), fd $B_FD, RSS ${B_RSS} KiB"
+  echo "           end:   QP $S_QP (all $S_TQP), MR $S_MR (all $S_TMR), fd $S_FD, RSS ${S_RSS} KiB"
+  [[ -n $fault_cells ]] && echo "cells drawn (seed $seed):$fault_cells"
+  echo "work dir:  ${KV_DIR:-?}$( ((keep || rc != 0)) && echo " (kept)" || echo " (removed)")"
+  return 0
+}
+
+soak_exit() {
+  local rc=$?
+  set +e
+  summary "$rc"
+  if [[ -n ${RXE_VM_RESULTS:-} && $rc -ne 0 && -d ${KV_DIR:-} ]]; then
+    cp -r "$KV_DIR" "$RXE_VM_RESULTS/" 2>/dev/null && echo "logs copied to $RXE_VM_RESULTS" >&2
+  fi
+  kv_cleanup
+  [[ -n ${bins:-} ]] && rm -rf "$bins"
+  ((keep || rc != 0)) || rm -rf "${KV_DIR:-/nonexistent}"
+  exit "$rc"
+}
+trap soak_exit EXIT
+
+# --- the run -------------------------------------------------------------------------
+echo "== soak: $upgrades upgrades, fault every $fault_every, churn every $churn_every, seed $seed, on $(kv_active_device)"
+bins=$(mktemp -d /tmp/kv-soak-bins.XXXXXX)
+soak_make_builds "$bins"
+KV_NODE_BIN=$bins/kvnode-a
+# Ready/Owned deadlines of 20 s (as upgrade_faults.sh): a hung N is caught
+# sooner than with the defaults, still far above a healthy N under TCG.
+kv_start_node "${UP_NODE_FLAGS[@]}" --upgrade_ready_deadline_ms=20000 --upgrade_owned_deadline_ms=20000
+UP_FIRST_PID=$KV_PID
+
+acks="$KV_DIR/acks.log"
+"$KV_KVLOAD" --server "$KV_ADDR" --auth_token_file "$KV_TOKEN" --workload A --clients "$clients" \
+  --threads 4 --depth 4 --keys "$keys" --value_size 64 --preload --duration 1000000 --verify \
+  --ack_log "$acks" --report "$KV_DIR/report.json" --seed "$seed" --connect_timeout_ms 5000 \
+  --timeout_ms "$op_timeout" >"$KV_DIR/kvload.out" 2>"$KV_DIR/kvload.log" &
+load_pid=$!
+# kvload's timeline starts when its preload ends (it logs that line then).
+preloaded() { grep -aq 'kvload: preloaded' "$KV_DIR/kvload.log"; }
+kv_wait_for 300 preloaded || soak_fail "kvload did not finish its preload within 300 s"
+t_base=$(date +%s%N)
+kv_wait_for 120 clients_are "$clients" || soak_fail "kvload's $clients clients did not connect"
+kv_wait_for 120 kv_stat_at_least ops_put $((keys + 1000)) || soak_fail "no load after the preload"
+check_load "$KV_DIR/kvload.log" "$load_pid" kvload
+snapshot
+B_QP=$S_QP B_MR=$S_MR B_TQP=$S_TQP B_TMR=$S_TMR B_FD=$S_FD B_RSS=$S_RSS B_SHM=$S_SHM
+B_FDS=$(fd_list "$KV_PID")
+[[ -z $S_CHILD ]] || soak_fail "node has children before the first upgrade: $S_CHILD"
+kv_log "steady state: $(state_line), shm: $B_SHM"
+
+# One attempt with CELL armed in N: expect a rollback (same generation, rollbacks
+# +1, writes resumed, N reaped), then the steady state.
+fault_attempt() {
+  local cell=$1 gen rb t0 ms
+  gen=$(up_ping_field generation)
+  rb=$(kv_stat rollbacks)
+  rb=${rb%.*}
+  local puts
+  puts=$(kv_stat ops_put)
+  echo "$cell" >"$bins/fault"
+  t0=$(date +%s%N)
+  kill -USR2 "$KV_PID"
+  rolled_back() { kv_stat_at_least rollbacks $((rb + 1)) && up_not_in_progress; }
+  kv_wait_for 120 rolled_back || soak_fail "fault $cell: no rollback within 120 s (generation $(up_ping_field generation))"
+  ms=$((($(date +%s%N) - t0) / 1000000))
+  : >"$bins/fault"
+  [[ $(up_ping_field generation) == "$gen" && $(up_ping_field pid) == "$KV_PID" ]] ||
+    soak_fail "fault $cell: expected generation $gen on pid $KV_PID after the rollback, got $(kv_admin ping)"
+  kv_wait_for 60 kv_stat_at_least ops_put $((${puts%.*} + 100)) || soak_fail "fault $cell: writes did not resume"
+  faults=$((faults + 1))
+  cell_count[$cell]=$((${cell_count[$cell]:-0} + 1))
+  ((ms > ${cell_ms[$cell]:-0})) && cell_ms[$cell]=$ms
+  fault_cells+=" $cell"
+  kv_log "fault $cell: rolled back in $ms ms"
+}
+
+churn_start() {
+  churns=$((churns + 1))
+  "$KV_KVLOAD" --server "$KV_ADDR" --auth_token_file "$KV_TOKEN" --workload A --clients 2 \
+    --threads 1 --depth 4 --keys 500 --key_size 24 --value_size 64 --duration 1000000 --verify \
+    --seed $((seed + churns)) --report "$KV_DIR/churn.json" --connect_timeout_ms "$op_timeout" \
+    --timeout_ms "$op_timeout" >"$KV_DIR/churn.out" 2>"$KV_DIR/churn.log" &
+  churn_pid=$!
+}
+churn_stop() {
+  local i=$1
+  check_load "$KV_DIR/churn.log" "$churn_pid" "churn kvload $churns"
+  stop_load "$churn_pid"
+  churn_pid=""
+  ((LOAD_RC == 0)) || soak_fail "churn kvload $churns exited $LOAD_RC: $(tail -n 5 "$KV_DIR/churn.log")"
+  python3 - "$KV_DIR/churn.json" <<'PY' || soak_fail "churn kvload $churns (around upgrade $i): report not clean"
+import json, sys
+r = json.load(open(sys.argv[1]))
+bad = {k: r[k] for k in ("failed_ops", "verify_errors", "stale_reads") if r[k]}
+if bad or r["ops"] == 0:
+    sys.exit(f"{bad}, ops {r['ops']}")
+PY
+}
+
+time_up=0
+for ((i = 1; i <= upgrades; i++)); do
+  if ((max_minutes > 0 && $(date +%s%N) - t_start > max_minutes * 60000000000)); then
+    time_up=1
+    kv_log "--max_minutes $max_minutes reached after $done_ups upgrades: finishing"
+    break
+  fi
+  note=""
+  if ((fault_every > 0 && i % fault_every == 0)); then
+    draw ${#cell_list[@]}
+    cell=${cell_list[$DRAW]}
+    fault_attempt "$cell"
+    kv_wait_for 60 steady || soak_fail "after fault $cell: not back to the steady state within 60 s: $(state_line) children '$S_CHILD' shm '$S_SHM' foreign $S_FOREIGN (start: QP $B_QP/$B_TQP MR $B_MR/$B_TMR fd $B_FD shm $B_SHM; fds now: $(fd_list "$KV_PID"); at start: $B_FDS)"
+    check_load "$KV_DIR/kvload.log" "$load_pid" kvload
+    note=" after fault $cell"
+  fi
+  churn=0
+  if ((churn_every > 0 && i % churn_every == 0)); then
+    churn=1
+    # Odd rounds join before the signal (moved by the upgrade), even rounds
+    # right after it (they connect while the upgrade runs).
+    if ((churns % 2 == 0)); then
+      churn_start
+      kv_wait_for 120 clients_are $((clients + 2)) || soak_fail "churn kvload did not connect"
+      kv_log "upgrade $i: churn kvload $churns connected"
+    fi
+  fi
+  how=kill
+  ((i % 5 == 0)) && how=kvctl
+  if ((churn)) && [[ -z $churn_pid ]]; then
+    gen=$(up_ping_field generation)
+    UP_OLD=$(up_ping_field pid)
+    UP_SIG_NS=$(date +%s%N)
+    kill -USR2 "$UP_OLD"
+    churn_start
+    kv_wait_for 90 up_generation_is $((gen + 1)) || soak_fail "upgrade $i: generation $((gen + 1)) did not answer within 90 s"
+    UP_OWNED_NS=$(date +%s%N)
+    UP_NEW=$(up_ping_field pid)
+    kv_wait_for 30 up_gone "$UP_OLD" || soak_fail "upgrade $i: old process $UP_OLD alive 30 s after Owned"
+    UP_EXIT_NS=$(date +%s%N)
+    if [[ $UP_OLD == "$UP_FIRST_PID" ]]; then
+      wait "$UP_OLD" || soak_fail "upgrade $i: old process $UP_OLD exited non-zero"
+    fi
+    kv_wait_for 5 up_exit_logged "$UP_OLD" || soak_fail "upgrade $i: old process $UP_OLD did not log exit 0"
+    kv_wait_for 30 up_not_in_progress || soak_fail "upgrade $i: still in progress on $UP_NEW"
+    KV_PID=$UP_NEW
+    how="$how, churn joining during"
+  else
+    up_upgrade "$how"
+    ((churn)) && how="$how, churn moved"
+  fi
+  done_ups=$i
+  owned_ms+=($(((UP_OWNED_NS - UP_SIG_NS) / 1000000)))
+  windows+=("$UP_SIG_NS:$UP_EXIT_NS")
+  bid=$(kv_admin stats | grep -o '"build_id":"[^"]*"' | cut -d'"' -f4)
+  want=build-b
+  ((i % 2 == 0)) && want=build-a
+  [[ $bid == "$want" ]] || soak_fail "upgrade $i: build id $bid, expected $want"
+  if ((churn)); then
+    t_c=$(date +%s%N)
+    kv_wait_for 120 clients_are $((clients + 2)) || soak_fail "upgrade $i: churn clients not on the new process ($(kv_stat clients))"
+    t_c1=$(date +%s%N)
+    churn_stop "$i"
+    kv_log "upgrade $i: churn kvload $churns on the new process $(((t_c1 - t_c) / 1000000)) ms after the old one's exit, stopped clean in $((($(date +%s%N) - t_c1) / 1000000)) ms"
+  fi
+  check_load "$KV_DIR/kvload.log" "$load_pid" kvload
+  t_chk=$(date +%s%N)
+  kv_wait_for 60 steady || soak_fail "upgrade $i: not back to the steady state within 60 s: $(state_line) children '$S_CHILD' shm '$S_SHM' foreign $S_FOREIGN (start: QP $B_QP/$B_TQP MR $B_MR/$B_TMR fd $B_FD shm $B_SHM; fds now: $(fd_list "$KV_PID"); at start: $B_FDS)"
+  printf '[soak %s] upgrade %d/%d: %s -> %s (%s) owned %d ms, old exit %d ms, steady %d ms later (%s%s); %s\n' \
+    "$(date +%H:%M:%S)" "$i" "$upgrades" "$UP_OLD" "$UP_NEW" "$bid" \
+    $(((UP_OWNED_NS - UP_SIG_NS) / 1000000)) $(((UP_EXIT_NS - UP_SIG_NS) / 1000000)) \
+    $((($(date +%s%N) - t_chk) / 1000000)) "$how" "$note" "$(state_line)"
+done
+
+# --- the end: kvload's verdict, the audit, a clean stop --------------------------------
+stop_load "$load_pid"
+load_pid=""
+((LOAD_RC == 0)) || soak_fail "kvload exited $LOAD_RC: $(tail -n 5 "$KV_DIR/kvload.log")"
+python3 - "$KV_DIR/report.json" <<'PY' || soak_fail "kvload report not clean"
+import json, sys
+r = json.load(open(sys.argv[1]))
+bad = {k: r[k] for k in ("failed_ops", "verify_errors", "stale_reads") if r[k]}
+if bad:
+    sys.exit(f"kvload: {bad}")
+PY
+rc=0
+"$KV_KVLOAD" --audit "$acks" --server "$KV_ADDR" --auth_token_file "$KV_TOKEN" \
+  --report "$KV_DIR/audit.json" >"$KV_DIR/audit.log" 2>&1 || rc=$?
+((rc == 0)) || soak_fail "ack-log audit failed (exit $rc): $(tail -n 3 "$KV_DIR/audit.log")"
+kv_log "ack-log audit passed: $(grep -a 'audit of' "$KV_DIR/audit.log" | head -n 1)"
+kv_wait_for 30 clients_are 0 || soak_fail "clients did not leave"
+[[ ! -e /dev/shm/$KV_SHM.handoff ]] || soak_fail "handoff header leaked"
+up_stop_node
+[[ ! -e /dev/shm/$KV_SHM ]] || soak_fail "arena segment left after SIGTERM"
+exit 0
