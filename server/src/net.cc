@@ -89,7 +89,7 @@ absl::StatusOr<int> ListenTcp(const std::string& address) {
       close(fd);
       continue;
     }
-    if (listen(fd, 128) != 0) {
+    if (listen(fd, SOMAXCONN) != 0) {
       last = Errno(absl::StrCat("listen ", address), errno);
       close(fd);
       continue;
