@@ -168,6 +168,20 @@ void Handoff() {
     Ok(EncodeHandoff(m, &frame), name);
     Write("handoff", name, frame);
   }
+  // Payloads that end inside a field while the frame header's size agrees:
+  // a cut in two places at once, which 10 M executions did not make.
+  auto cut = [](const HandoffMessage& m, size_t payload) {
+    std::string frame;
+    Ok(EncodeHandoff(m, &frame), "cut");
+    frame.resize(kHandoffFrameHeaderSize + payload);
+    storage::StoreU32(frame.data() + 8, static_cast<uint32_t>(payload));
+    return frame;
+  };
+  // Ready without its last byte (mr_imported).
+  Write("handoff", "ready_cut", cut(Ready{0x55, 0, 77, 1 << 20, 0}, 4 + 8 + 8 + 8));
+  // HandOver announcing two fd roles, cut after the first.
+  Write("handoff", "handover_cut_roles",
+        cut(HandOver{5, {FdRole::kListenTcp, FdRole::kAdminSocket}, t, c}, 8 + 1 + 1));
   std::string s;
   Ok(EncodeSessionTable(t, &s), "sessions");
   Write("handoff", "sessions", s);
