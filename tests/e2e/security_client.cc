@@ -945,13 +945,26 @@ int Burst() {
       }
     }
   }
+  // Of the connections still open, which ones did the kernel never finish
+  // connecting (SYN dropped by a full listen backlog, still in SYN retry)?
+  int unconnected = 0;
+  for (size_t i = 0; i < fds.size(); ++i) {
+    sockaddr_storage peer{};
+    socklen_t len = sizeof(peer);
+    if (!done[i] && getpeername(fds[i], reinterpret_cast<sockaddr*>(&peer), &len) != 0) {
+      ++unconnected;
+    }
+  }
   for (int fd : fds) close(fd);
   Note(absl::StrCat("node fds: ", base_fds, " before, at most ", max_fds, " during (bound ",
                     FLAGS_max_node_fds, ")"));
   if (max_fds > FLAGS_max_node_fds) {
     Fail(absl::StrCat("the node held ", max_fds, " fds, over the bound ", FLAGS_max_node_fds));
   }
-  if (open > 0) Fail(absl::StrCat(open, " connections neither refused nor cut in time"));
+  if (open > 0) {
+    Fail(absl::StrCat(open, " connections neither refused nor cut in time (", unconnected,
+                      " of them never connected: SYN dropped by a full listen backlog)"));
+  }
   if (refused == 0) Fail("no connection was refused over the bound");
   std::cout << "burst: " << FLAGS_n << " connections: " << refused
             << " refused at once (Error{too many clients}), " << timed_out
@@ -971,7 +984,9 @@ int AdminProbe() {
     return 0;
   }
   const std::string line = FLAGS_cmd + "\n";
-  (void)!write(fd, line.data(), line.size());
+  // The node may refuse (SO_PEERCRED) and close before this is written: that
+  // is an answer, not a reason to die of SIGPIPE.
+  (void)!send(fd, line.data(), line.size(), MSG_NOSIGNAL);
   std::string out;
   char buf[4096];
   for (;;) {
