@@ -19,6 +19,9 @@
 #include "kvnode/client/admin.h"
 #include "nlohmann/json.hpp"
 
+DECLARE_bool(help);
+DECLARE_string(helpmatch);
+
 DEFINE_string(admin_socket, "",
               "the node's admin socket (default: the first existing of /run/kvnode/admin.sock, "
               "$XDG_RUNTIME_DIR/kvnode/admin.sock, /tmp/kvnode-$UID/admin.sock)");
@@ -132,9 +135,16 @@ const json* FindList(const json& answer) {
 
 int main(int argc, char** argv) {
   gflags::SetUsageMessage(
-      "kvctl [--admin_socket PATH] [--json] COMMAND\n"
+      "admin tool of a running kvnode.\n"
+      "  kvctl [--admin_socket PATH] [--json] COMMAND\n"
       "  commands: ping | stats | metrics | mrs | clients | upgrade [--binary PATH] | drain");
-  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  // --help lists this program's own flags; --helpfull adds gflags' and glog's.
+  gflags::ParseCommandLineNonHelpFlags(&argc, &argv, true);
+  if (FLAGS_help) {
+    FLAGS_help = false;
+    FLAGS_helpmatch = __FILE__;
+  }
+  gflags::HandleCommandLineHelpFlags();
   if (argc < 2) {
     std::fprintf(stderr,
                  "kvctl: no command (ping, stats, metrics, mrs, clients, upgrade, drain)\n");

@@ -39,6 +39,9 @@
 #include "kvnode/client/load/workload.h"
 #include "nlohmann/json.hpp"
 
+DECLARE_bool(help);
+DECLARE_string(helpmatch);
+
 DEFINE_string(server, "127.0.0.1:7000", "the node's control endpoint HOST:PORT");
 DEFINE_string(auth_token_file, "", "file holding the node's auth token (mode 0600)");
 DEFINE_string(rdma_device, "", "verbs device (default: the first ACTIVE one)");
@@ -413,10 +416,17 @@ bool WriteLatencyCdf(const std::string& path, const load::LatencyHistogram& h) {
 
 int main(int argc, char** argv) {
   gflags::SetUsageMessage(
-      "kvload [--server HOST:PORT] [--workload A|B|C] [--clients N --threads T --depth D] "
+      "load generator and verifier for kvnode.\n"
+      "  kvload [--server HOST:PORT] [--workload A|B|C] [--clients N --threads T --depth D] "
       "[--duration S | --ops N] [--preload] [--verify --ack_log FILE] [--report FILE.json]\n"
-      "kvload --audit ACK_LOG [--server HOST:PORT]");
-  gflags::ParseCommandLineFlags(&argc, &argv, true);
+      "  kvload --audit ACK_LOG [--server HOST:PORT]");
+  // --help lists this program's own flags; --helpfull adds gflags' and glog's.
+  gflags::ParseCommandLineNonHelpFlags(&argc, &argv, true);
+  if (FLAGS_help) {
+    FLAGS_help = false;
+    FLAGS_helpmatch = __FILE__;
+  }
+  gflags::HandleCommandLineHelpFlags();
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);
   signal(SIGINT, OnSignal);

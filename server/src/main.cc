@@ -19,6 +19,9 @@
 #include "kvnode/upgrade/process.h"
 #include "kvnode/upgrade/sd_notify.h"
 
+DECLARE_bool(help);
+DECLARE_string(helpmatch);
+
 DEFINE_string(listen, "127.0.0.1:7000",
               "TCP address of the control listener, host:port or [v6]:port (port 0 = any free "
               "port; the chosen one is logged and shown by `kvctl ping`)");
@@ -102,12 +105,18 @@ int main(int argc, char** argv) {
   // The argv a live upgrade restarts with (before gflags removes anything).
   const std::vector<std::string> start_argv(argv, argv + argc);
   gflags::SetUsageMessage(
-      "kvnode: RDMA key-value storage node.\n"
+      "RDMA key-value storage node.\n"
       "  kvnode --db_path DIR [--listen HOST:PORT] [--admin_socket PATH] ...\n"
       "GETs are served by one-sided RDMA READs of a shared-memory arena; PUT/DELETE by RPC\n"
       "into RocksDB. SIGTERM/SIGINT stop it cleanly. Flags:");
   gflags::SetVersionString(KVNODE_VERSION);
-  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  // --help lists this program's own flags; --helpfull adds gflags' and glog's.
+  gflags::ParseCommandLineNonHelpFlags(&argc, &argv, true);
+  if (FLAGS_help) {
+    FLAGS_help = false;
+    FLAGS_helpmatch = __FILE__;
+  }
+  gflags::HandleCommandLineHelpFlags();
   FLAGS_logtostderr = true;
   if (FLAGS_log_level == "info") {
     FLAGS_minloglevel = 0;

@@ -61,7 +61,7 @@ kv_admin() { "$KV_RAW_CLIENT" --mode admin --admin_socket "$KV_ADMIN" --cmd "$*"
 # (errors.KIND). Names are unique in the answer, so a grep suffices.
 kv_stat() {
   local key=${1##*.}  # last component: names are unique in the answer
-  kv_admin stats | grep -o "\"$key\":[0-9.]*" | head -n 1 | cut -d: -f2
+  kv_admin stats | grep -o "\"$key\":[0-9.]*" | sed -n 1p | cut -d: -f2
 }
 
 # Number of objects (qp|mr) the kernel lists for PID (default: the node).
