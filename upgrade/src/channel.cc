@@ -13,12 +13,12 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "wire.h"
+#include "kvnode/proto/wire.h"
 
 namespace kvnode::upgrade {
 namespace {
 
-using internal::Av;
+using proto::wire::Av;
 
 std::string Errno(int err) { return std::strerror(err); }
 

@@ -10,12 +10,12 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "glog/logging.h"
-#include "wire.h"
+#include "kvnode/proto/wire.h"
 
 namespace kvnode::upgrade {
 namespace {
 
-using internal::Av;
+using proto::wire::Av;
 
 constexpr std::array<std::string_view, kPhaseCount> kPhaseNames = {
     "o_spawn",   "n_attach",    "n_register",     "n_ready", "o_pause", "o_flush", "o_handover",

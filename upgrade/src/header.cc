@@ -13,15 +13,15 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "kvnode/proto/wire.h"
 #include "kvnode/upgrade/unique_fd.h"
-#include "wire.h"
 
 namespace kvnode::upgrade {
 namespace {
 
-using internal::Av;
-using internal::Reader;
-using internal::SpanWriter;
+using proto::wire::Av;
+using proto::wire::Reader;
+using proto::wire::SpanWriter;
 
 constexpr size_t kChecksumOffset = kHandoffHeaderSize - 8;
 
@@ -120,7 +120,8 @@ absl::StatusOr<std::string> EncodeHandoffHeader(const HandoffHeader& h) {
   w.U16(static_cast<uint16_t>(h.build_id.size()));
   w.Bytes(h.build_id);
   if (!w.ok()) return absl::InternalError("handoff header: encoding overflow");
-  internal::StoreLe(bytes.data() + kChecksumOffset, XXH3_64bits(bytes.data(), kChecksumOffset), 8);
+  proto::wire::StoreLe(bytes.data() + kChecksumOffset, XXH3_64bits(bytes.data(), kChecksumOffset),
+                       8);
   return out;
 }
 
@@ -150,7 +151,7 @@ absl::StatusOr<HandoffHeader> DecodeHandoffHeader(std::span<const uint8_t> bytes
                       absl::StrCat(">= ", kHandoffHeaderSize, " bytes"),
                       absl::StrCat(bytes.size(), " bytes"));
   }
-  const uint64_t stored = internal::LoadLe(bytes.data() + kChecksumOffset, 8);
+  const uint64_t stored = proto::wire::LoadLe(bytes.data() + kChecksumOffset, 8);
   const uint64_t computed = XXH3_64bits(bytes.data(), kChecksumOffset);
   if (stored != computed) {
     return FieldError(absl::StatusCode::kDataLoss, "checksum", Hex(computed), Hex(stored));

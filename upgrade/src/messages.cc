@@ -4,14 +4,14 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
-#include "wire.h"
+#include "kvnode/proto/wire.h"
 
 namespace kvnode::upgrade {
 namespace {
 
-using internal::Av;
-using internal::Reader;
-using internal::StringWriter;
+using proto::wire::Av;
+using proto::wire::Reader;
+using proto::wire::StringWriter;
 
 constexpr size_t kDedupeEntrySize = 17;   // u64 sequence, u8 status, u64 version
 constexpr size_t kSessionFixedSize = 20;  // u64 client_id, u64 highest, u32 count

@@ -17,7 +17,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "wire.h"
+#include "kvnode/proto/wire.h"
 
 extern char** environ;
 
@@ -31,7 +31,7 @@ extern char** environ;
 namespace kvnode::upgrade {
 namespace {
 
-using internal::Av;
+using proto::wire::Av;
 
 absl::Status ErrnoStatus(int err, std::string_view what) {
   const std::string msg = absl::StrCat(Av(what), ": ", std::strerror(err));

@@ -11,12 +11,12 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "kvnode/proto/wire.h"
 #include "kvnode/upgrade/unique_fd.h"
-#include "wire.h"
 
 namespace kvnode::upgrade {
 
-using internal::Av;
+using proto::wire::Av;
 
 absl::Status SdNotify(std::string_view state) {
   const char* env = getenv("NOTIFY_SOCKET");

@@ -4,37 +4,37 @@
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
-#include "wire.h"
+#include "kvnode/proto/wire.h"
 
 namespace kvnode::proto {
 namespace {
 
-using internal::Reader;
-using internal::StringWriter;
+using wire::Reader;
+using wire::StringWriter;
 
 constexpr size_t kQpInfoSize = 28;
 constexpr uint32_t kMax24 = 0xffffff;
 
 absl::Status Truncated(std::string_view what) {
-  return absl::DataLossError(absl::StrCat("control: truncated ", internal::Av(what)));
+  return absl::DataLossError(absl::StrCat("control: truncated ", wire::Av(what)));
 }
 
 absl::Status CheckLen(std::string_view field, size_t size, size_t max) {
   if (size > max) {
     return absl::InvalidArgumentError(
-        absl::StrCat("control: ", internal::Av(field), " is ", size, " bytes, limit ", max));
+        absl::StrCat("control: ", wire::Av(field), " is ", size, " bytes, limit ", max));
   }
   return absl::OkStatus();
 }
 
 absl::Status CheckQp(const QpInfo& qp, std::string_view who) {
   if (qp.qpn > kMax24 || qp.psn > kMax24) {
-    return absl::InvalidArgumentError(absl::StrCat("control: ", internal::Av(who), " QPN ", qp.qpn,
+    return absl::InvalidArgumentError(absl::StrCat("control: ", wire::Av(who), " QPN ", qp.qpn,
                                                    " or PSN ", qp.psn, " exceeds 24 bits"));
   }
   if (qp.mtu < 1 || qp.mtu > 5) {
     return absl::InvalidArgumentError(
-        absl::StrCat("control: ", internal::Av(who), " MTU enum ", qp.mtu, " not in 1..5"));
+        absl::StrCat("control: ", wire::Av(who), " MTU enum ", qp.mtu, " not in 1..5"));
   }
   return absl::OkStatus();
 }
@@ -47,7 +47,7 @@ void PutString(StringWriter& w, std::string_view s) {
 bool GetString(Reader& r, size_t max, std::string* s, absl::Status* err, std::string_view field) {
   uint16_t len;
   if (!r.U16(&len)) {
-    *err = Truncated(absl::StrCat(internal::Av(field), " length"));
+    *err = Truncated(absl::StrCat(wire::Av(field), " length"));
     return false;
   }
   if (len > max) {
@@ -245,7 +245,7 @@ absl::StatusOr<ControlMessage> DecodeReasonText(Reader& r, std::string_view name
     m.reason = static_cast<Enum>(code);
   }
   if (!GetString(r, kMaxMessageTextSize, &m.message, &err,
-                 absl::StrCat(internal::Av(name), ".message"))) {
+                 absl::StrCat(wire::Av(name), ".message"))) {
     return err;
   }
   return m;
@@ -328,7 +328,7 @@ absl::Status EncodeControl(const ControlMessage& m, std::string* out, uint16_t v
     out->resize(start);
     return s;
   }
-  internal::StoreLe(reinterpret_cast<uint8_t*>(out->data()) + start + 8, payload, 4);
+  wire::StoreLe(reinterpret_cast<uint8_t*>(out->data()) + start + 8, payload, 4);
   return absl::OkStatus();
 }
 
@@ -433,8 +433,8 @@ absl::StatusOr<std::optional<ControlMessage>> FrameAssembler::Next() {
 
 absl::StatusOr<HostPort> ParseHostPort(std::string_view endpoint) {
   auto bad = [&](std::string_view why) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "endpoint \"", internal::Av(endpoint.substr(0, 64)), "\": ", internal::Av(why)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("endpoint \"", wire::Av(endpoint.substr(0, 64)), "\": ", wire::Av(why)));
   };
   if (endpoint.size() > kMaxEndpointSize) return bad("too long");
   HostPort hp;

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "wire.h"
+#include "kvnode/proto/wire.h"
 
 namespace kvnode::proto {
 namespace {
@@ -23,7 +23,7 @@ absl::Status WaitFor(int fd, short events, absl::Time deadline, std::string_view
       const absl::Duration left = deadline - absl::Now();
       if (left <= absl::ZeroDuration()) {
         return absl::DeadlineExceededError(
-            absl::StrCat("control: deadline passed while ", internal::Av(what)));
+            absl::StrCat("control: deadline passed while ", wire::Av(what)));
       }
       // Round up so that we never spin on a 0 ms timeout before the deadline.
       timeout_ms = static_cast<int>(
@@ -34,14 +34,14 @@ absl::Status WaitFor(int fd, short events, absl::Time deadline, std::string_view
     if (n > 0) return absl::OkStatus();  // ready, or POLLERR/POLLHUP: the I/O call tells
     if (n == 0) continue;                // loop re-checks the deadline
     if (errno == EINTR) continue;
-    return absl::InternalError(absl::StrCat("control: poll(fd ", fd, ") while ", internal::Av(what),
+    return absl::InternalError(absl::StrCat("control: poll(fd ", fd, ") while ", wire::Av(what),
                                             ": ", std::strerror(errno)));
   }
 }
 
 absl::Status IoError(int err, std::string_view what, int fd) {
   const std::string msg =
-      absl::StrCat("control: ", internal::Av(what), " on fd ", fd, ": ", std::strerror(err));
+      absl::StrCat("control: ", wire::Av(what), " on fd ", fd, ": ", std::strerror(err));
   if (err == ECONNRESET || err == EPIPE || err == ENOTCONN || err == ETIMEDOUT) {
     return absl::UnavailableError(msg);
   }

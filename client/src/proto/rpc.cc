@@ -2,13 +2,13 @@
 #include "kvnode/proto/rpc.h"
 
 #include "absl/strings/str_cat.h"
-#include "wire.h"
+#include "kvnode/proto/wire.h"
 
 namespace kvnode::proto {
 namespace {
 
-using internal::Reader;
-using internal::SpanWriter;
+using wire::Reader;
+using wire::SpanWriter;
 
 bool KnownOpcode(uint8_t op) { return op >= 1 && op <= 4; }
 bool KnownStatus(uint8_t st) { return st <= 4; }
@@ -64,13 +64,13 @@ absl::Status ValidateRequest(const RequestView& r) {
   }
   const bool wants_key = r.opcode != Opcode::kPing;
   if (wants_key == r.key.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("rpc: ", internal::Av(OpcodeName(r.opcode)),
+    return absl::InvalidArgumentError(absl::StrCat("rpc: ", wire::Av(OpcodeName(r.opcode)),
                                                    wants_key ? " needs a key" : " takes no key"));
   }
   const bool takes_value = r.opcode == Opcode::kPut || r.opcode == Opcode::kPing;
   if (!takes_value && !r.value.empty()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("rpc: ", internal::Av(OpcodeName(r.opcode)), " takes no value"));
+        absl::StrCat("rpc: ", wire::Av(OpcodeName(r.opcode)), " takes no value"));
   }
   return absl::OkStatus();
 }

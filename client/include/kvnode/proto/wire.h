@@ -1,11 +1,13 @@
-// Little-endian byte cursors for the codecs. Internal to kvproto.
+// Little-endian byte cursors shared by the codecs of bytes from outside the
+// process: the control protocol and RPCs (kvproto) and the upgrade handoff
+// (kvupgrade).
 //
 // Writer appends to a std::string or fills a fixed span; Reader consumes a
 // span and never reads past its end: every Read* returns false once the input
 // is exhausted, and the caller turns that into a status. Nothing here trusts
 // its input.
-#ifndef KVNODE_CLIENT_SRC_PROTO_WIRE_H_
-#define KVNODE_CLIENT_SRC_PROTO_WIRE_H_
+#ifndef KVNODE_PROTO_WIRE_H_
+#define KVNODE_PROTO_WIRE_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -16,7 +18,7 @@
 
 #include "absl/strings/string_view.h"
 
-namespace kvnode::proto::internal {
+namespace kvnode::proto::wire {
 
 // Debian's Abseil has its own string_view type; StrCat needs it.
 inline absl::string_view Av(std::string_view s) { return {s.data(), s.size()}; }
@@ -127,6 +129,6 @@ class Reader {
   size_t pos_ = 0;
 };
 
-}  // namespace kvnode::proto::internal
+}  // namespace kvnode::proto::wire
 
-#endif  // KVNODE_CLIENT_SRC_PROTO_WIRE_H_
+#endif  // KVNODE_PROTO_WIRE_H_
