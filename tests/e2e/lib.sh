@@ -124,6 +124,12 @@ kv_stop_node() {
 
 kv_cleanup() {
   if [[ -n $KV_PID ]] && kill -0 "$KV_PID" 2>/dev/null; then kill -KILL "$KV_PID" || true; fi
+  # Background jobs of a failed test (kvload --duration 3600, a client...)
+  # must not outlive it: the device tests share one VM, and a leftover
+  # kvload keeps its MRs registered, which a later test's leak check reads
+  # as "verbs objects of other processes".
+  local j
+  for j in $(jobs -p); do kill -KILL "$j" 2>/dev/null || true; done
   [[ -n ${KV_SHM:-} ]] && rm -f "/dev/shm/$KV_SHM"
   return 0
 }

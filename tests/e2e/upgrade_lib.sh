@@ -40,10 +40,12 @@ up_rdma_count() {
   done
   echo "$n"
 }
-# kvnode objects (qp and mr) not owned by a thread of PID.
+# kvnode objects (qp and mr) not owned by a thread of PID (nor by a pid in
+# UP_IGNORE_PIDS: objects that existed before the test started).
+UP_IGNORE_PIDS=""
 up_rdma_foreign() {
   local pid=$1 tids
-  tids=" $(ls "/proc/$pid/task" 2>/dev/null | tr '\n' ' ') "
+  tids=" $(ls "/proc/$pid/task" 2>/dev/null | tr '\n' ' ') $UP_IGNORE_PIDS "
   { rdma resource show qp; rdma resource show mr; } 2>/dev/null | grep ' comm kvnode' |
     grep -o ' pid [0-9]*' | awk '{print $2}' | sort -u | while read -r t; do
     [[ $tids == *" $t "* ]] || echo "$t"
