@@ -15,15 +15,21 @@
 // deadline and fails only when it passes.
 //
 // Resilience (the contract with the server, see docs/protocol.md):
-//   - Move (live upgrade): the client stops posting on the old QP, lets what
-//     is outstanding there finish (BUSY answers are retried later), opens a
-//     new session at the given endpoint with the same client id, retries
-//     what did not finish with the same sequences, then sends MoveAck and
-//     Goodbye on the old control connection and destroys the old QP.
+//   - Move (live upgrade): the client opens a new session at the given
+//     endpoint with the same client id while GETs keep being served by READs
+//     on the old QP (RPCs wait for the new session); once the new session is
+//     up, what is outstanding on the old QP finishes (BUSY answers are
+//     retried on the new session) or is flushed, what did not finish is
+//     retried with the same sequences, then MoveAck and Goodbye go on the
+//     old control connection and the old QP is destroyed.
 //   - A lost session (control connection closed or silent for
 //     keepalive_timeout, Goodbye/Error from the server, a QP error): the QP
-//     is drained and destroyed, the client reconnects to the same endpoint
+//     is flushed and destroyed, the client reconnects to the same endpoint
 //     with its client id (backing off), and retries what was in flight.
+//   Both run as a state machine inside Poll: every step (TCP connect, Hello,
+//   Welcome, QP setup, Ready, drain, flush) advances when its socket or
+//   completion is ready and has a deadline; nothing blocks the thread, so
+//   the other Clients it drives keep being served.
 //
 // Threading: a Client is owned by ONE thread. Every method must be called
 // from that thread; nothing takes a lock. Several Clients may live in one
@@ -76,8 +82,8 @@ struct ClientOptions {
   uint32_t max_outstanding = 32;
   // Deadline of an operation submitted without one. Default 5 s.
   absl::Duration op_timeout = absl::Seconds(5);
-  // Bound on the TCP connect plus the whole Hello..Ready handshake of one
-  // attempt. Default 800 ms: a dead or hung server is noticed in < 1 s.
+  // Bound on each wait for the server during a handshake (TCP connect,
+  // Welcome, Ready). Default 800 ms: a dead or hung server is noticed in < 1 s.
   absl::Duration connect_timeout = absl::Milliseconds(800);
   // Torn/racing READs retried before a GET falls back to RPC. Default 8.
   uint32_t max_read_retries = 8;
@@ -99,8 +105,9 @@ struct ClientOptions {
   // The session is considered lost when nothing was received on the control
   // connection for this long although Keepalives were sent. Default 3 s.
   absl::Duration keepalive_timeout = absl::Seconds(3);
-  // How long a Move may wait for the old QP's outstanding work before it is
-  // flushed (and retried on the new session). Default 1 s; a Move's own
+  // How long after a Move arrives the old QP's outstanding work may take to
+  // finish before it is flushed (and retried on the new session); the flush
+  // never happens before the new session is up. Default 1 s; a Move's own
   // deadline_ms caps it at half of that.
   absl::Duration move_drain_timeout = absl::Seconds(1);
   // QP transport: local ACK timeout exponent and retry count. Defaults 12 and
@@ -172,9 +179,9 @@ struct GetResult {
 
 class Client {
  public:
-  // Connects (one attempt bounded by connect_timeout; a refused or silent
-  // server fails with kConnectionLost, a refusal by the server with
-  // kRejected).
+  // Connects (one attempt, each wait bounded by connect_timeout; a refused or
+  // silent server fails with kConnectionLost, a refusal by the server with
+  // kRejected). The verbs device is opened once the server has answered.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<Client>> Connect(ClientOptions options);
 
   ~Client();  // Close() with a short deadline if not closed yet.
