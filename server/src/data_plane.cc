@@ -203,6 +203,7 @@ void DataPlane::TrimRecords() {
     }
     if (oldest == UINT64_MAX) return;
     records_.erase(victim);
+    backend_->ForgetClient(victim);  // its persisted record ages out with it
   }
 }
 

@@ -2,7 +2,30 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "kvnode/proto/rpc.h"
+
 namespace kvnode::server {
+namespace {
+
+// Client record layout, little-endian (docs/format.md "Client records").
+constexpr uint8_t kRecordVersion = 1;
+constexpr size_t kRecordHeader = 20;  // u8 version, u8 flags, u16 count, u64 time, u64 floor
+constexpr size_t kRecordEntry = 18;   // u64 sequence, u8 opcode, u8 status, u64 version
+constexpr size_t kMaxRecordEntries = 4096;
+constexpr uint8_t kFlagHasFloor = 1;
+
+void PutU64(std::string* out, uint64_t v) {
+  for (int i = 0; i < 8; ++i) out->push_back(static_cast<char>(v >> (8 * i)));
+}
+uint64_t GetU64(const char* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<uint8_t>(p[i]);
+  return v;
+}
+
+}  // namespace
 
 DedupeWindow::DedupeWindow(size_t capacity) : capacity_(std::max<size_t>(capacity, 1)) {}
 
@@ -40,6 +63,131 @@ DedupeWindow DedupeWindow::Import(const Exported& state, size_t capacity) {
   w.floor_ = state.floor;
   for (const DedupeEntry& e : state.entries) w.Record(e);
   return w;
+}
+
+DedupeWindow::Exported DedupeWindow::Newest(size_t n) const {
+  Exported out;
+  out.has_floor = has_floor_;
+  out.floor = floor_;
+  const size_t skip = order_.size() > n ? order_.size() - n : 0;
+  for (size_t i = 0; i < order_.size(); ++i) {
+    const uint64_t seq = order_[i];
+    if (i < skip) {
+      if (!out.has_floor || seq > out.floor) out.floor = seq;
+      out.has_floor = true;
+    } else {
+      out.entries.push_back(entries_.at(seq));
+    }
+  }
+  return out;
+}
+
+PersistedClient PersistedSnapshot(uint64_t client_id, const DedupeWindow& window,
+                                  const DedupeEntry& next, size_t keep, uint64_t now_unix_ms) {
+  keep = std::max<size_t>(keep, 1);
+  PersistedClient c;
+  c.client_id = client_id;
+  c.written_unix_ms = now_unix_ms;
+  if (window.Find(next.sequence) != nullptr) {
+    // Record() replaces in place (not reached from HandleRpc, which answers a
+    // known sequence from the window): the order does not change.
+    c.window = window.Newest(keep);
+    for (DedupeEntry& e : c.window.entries) {
+      if (e.sequence == next.sequence) e = next;
+    }
+    return c;
+  }
+  c.window = window.Newest(keep - 1);
+  c.window.entries.push_back(next);
+  return c;
+}
+
+std::string ClientRecordKey(uint64_t client_id) {
+  return std::string(kClientRecordPrefix) + absl::StrFormat("%016x", client_id);
+}
+
+uint64_t ParseClientRecordKey(std::string_view key) {
+  if (key.size() != kClientRecordPrefix.size() + 16 ||
+      key.substr(0, kClientRecordPrefix.size()) != kClientRecordPrefix) {
+    return 0;
+  }
+  uint64_t id = 0;
+  for (char ch : key.substr(kClientRecordPrefix.size())) {
+    int d = -1;
+    if (ch >= '0' && ch <= '9') d = ch - '0';
+    if (ch >= 'a' && ch <= 'f') d = ch - 'a' + 10;
+    if (d < 0) return 0;
+    id = (id << 4) | static_cast<uint64_t>(d);
+  }
+  return id;
+}
+
+std::string EncodeClientRecord(const PersistedClient& c) {
+  const size_t n = std::min(c.window.entries.size(), kMaxRecordEntries);
+  const size_t first = c.window.entries.size() - n;  // keep the newest
+  std::string out;
+  out.reserve(kRecordHeader + n * kRecordEntry);
+  out.push_back(static_cast<char>(kRecordVersion));
+  uint8_t flags = c.window.has_floor ? kFlagHasFloor : 0;
+  uint64_t floor = c.window.floor;
+  for (size_t i = 0; i < first; ++i) {  // dropped here: the floor covers them
+    floor = (flags & kFlagHasFloor) ? std::max(floor, c.window.entries[i].sequence)
+                                    : c.window.entries[i].sequence;
+    flags |= kFlagHasFloor;
+  }
+  out.push_back(static_cast<char>(flags));
+  out.push_back(static_cast<char>(n & 0xff));
+  out.push_back(static_cast<char>(n >> 8));
+  PutU64(&out, c.written_unix_ms);
+  PutU64(&out, floor);
+  for (size_t i = first; i < c.window.entries.size(); ++i) {
+    const DedupeEntry& e = c.window.entries[i];
+    PutU64(&out, e.sequence);
+    out.push_back(static_cast<char>(e.opcode));
+    out.push_back(static_cast<char>(e.status));
+    PutU64(&out, e.version);
+  }
+  return out;
+}
+
+absl::StatusOr<PersistedClient> DecodeClientRecord(uint64_t client_id, std::string_view b) {
+  auto bad = [&](const std::string& why) {
+    return absl::DataLossError(
+        absl::StrCat("client record ", absl::StrFormat("%016x", client_id), ": ", why));
+  };
+  if (b.size() < kRecordHeader) return bad(absl::StrCat("only ", b.size(), " bytes"));
+  if (static_cast<uint8_t>(b[0]) != kRecordVersion) {
+    return bad(absl::StrCat("unknown version ", static_cast<int>(static_cast<uint8_t>(b[0]))));
+  }
+  const uint8_t flags = static_cast<uint8_t>(b[1]);
+  if ((flags & ~kFlagHasFloor) != 0) return bad("unknown flags");
+  const size_t n = static_cast<uint8_t>(b[2]) | (size_t{static_cast<uint8_t>(b[3])} << 8);
+  if (n > kMaxRecordEntries || b.size() != kRecordHeader + n * kRecordEntry) {
+    return bad(absl::StrCat(b.size(), " bytes for ", n, " entries"));
+  }
+  PersistedClient c;
+  c.client_id = client_id;
+  c.written_unix_ms = GetU64(b.data() + 4);
+  c.window.has_floor = (flags & kFlagHasFloor) != 0;
+  c.window.floor = GetU64(b.data() + 12);
+  if (!c.window.has_floor && c.window.floor != 0) return bad("floor without its flag");
+  for (size_t i = 0; i < n; ++i) {
+    const char* p = b.data() + kRecordHeader + i * kRecordEntry;
+    DedupeEntry e{GetU64(p), static_cast<uint8_t>(p[8]), static_cast<uint8_t>(p[9]),
+                  GetU64(p + 10)};
+    const auto op = static_cast<proto::Opcode>(e.opcode);
+    const auto st = static_cast<proto::RpcStatus>(e.status);
+    if (op != proto::Opcode::kPut && op != proto::Opcode::kDelete) return bad("entry opcode");
+    if (st != proto::RpcStatus::kOk && st != proto::RpcStatus::kNotFound &&
+        st != proto::RpcStatus::kRejected) {
+      return bad("entry status");  // invariant 1: only definitive answers
+    }
+    for (const DedupeEntry& prev : c.window.entries) {
+      if (prev.sequence == e.sequence) return bad("duplicate sequence");
+    }
+    c.window.entries.push_back(e);
+  }
+  return c;
 }
 
 }  // namespace kvnode::server

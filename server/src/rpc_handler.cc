@@ -1,6 +1,11 @@
 #include "kvnode/server/rpc_handler.h"
 
+#include <time.h>
+
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
+#include "glog/logging.h"
 #include "kvnode/storage/limits.h"
 #include "kvnode/storage/store.h"
 
@@ -49,21 +54,92 @@ void Count(const RpcContext& ctx, Counter c) {
   if (ctx.metrics != nullptr) ctx.metrics->Add(c);
 }
 
-}  // namespace
-
-absl::StatusOr<uint64_t> StoreBackend::Put(std::string_view key, std::string_view value) {
-  return store_->Put(key, value);
+uint64_t NowUnixMs() {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000 + static_cast<uint64_t>(ts.tv_nsec) / 1000000;
 }
 
-absl::StatusOr<bool> StoreBackend::Delete(std::string_view key) {
+// The side record that persists `tag`'s client record with the write; the
+// answer (status, version) is known only under the store's write lock.
+storage::SideRecord ClientSide(const WriteTag& tag, uint32_t entries, RpcStatus status) {
+  return storage::SideRecord{
+      ClientRecordKey(tag.client_id), [&tag, entries, status](const storage::WriteOutcome& o) {
+        const DedupeEntry e{tag.sequence, static_cast<uint8_t>(tag.opcode),
+                            static_cast<uint8_t>(status), o.version};
+        return EncodeClientRecord(
+            PersistedSnapshot(tag.client_id, *tag.window, e, entries, NowUnixMs()));
+      }};
+}
+
+bool Persisted(const WriteTag& tag) { return tag.client_id != 0 && tag.window != nullptr; }
+
+}  // namespace
+
+absl::StatusOr<uint64_t> StoreBackend::Put(std::string_view key, std::string_view value,
+                                           const WriteTag& tag) {
+  if (!Persisted(tag)) return store_->Put(key, value);
+  const storage::SideRecord side = ClientSide(tag, record_entries_, RpcStatus::kOk);
+  return store_->Put(key, value, &side);
+}
+
+absl::StatusOr<bool> StoreBackend::Delete(std::string_view key, const WriteTag& tag) {
   absl::StatusOr<storage::Store::GetResult> before = store_->Get(key);
   bool existed = true;
   if (!before.ok()) {
     if (before.status().code() != absl::StatusCode::kNotFound) return before.status();
     existed = false;
   }
-  if (absl::Status s = store_->Delete(key); !s.ok()) return s;
+  // Single writer (this thread): `existed` still holds when the batch is
+  // written, and the persisted answer is the one the handler gives.
+  if (!Persisted(tag)) {
+    if (absl::Status s = store_->Delete(key); !s.ok()) return s;
+    return existed;
+  }
+  const storage::SideRecord side =
+      ClientSide(tag, record_entries_, existed ? RpcStatus::kOk : RpcStatus::kNotFound);
+  if (absl::Status s = store_->Delete(key, &side); !s.ok()) return s;
   return existed;
+}
+
+void StoreBackend::ForgetClient(uint64_t client_id) {
+  if (absl::Status s = store_->DeleteSideRecord(ClientRecordKey(client_id)); !s.ok()) {
+    LOG(WARNING) << "dropping the persisted dedupe record of client " << client_id << ": " << s;
+  }
+}
+
+absl::StatusOr<std::vector<ClientRecordExport>> StoreBackend::LoadClientRecords(size_t max) {
+  absl::StatusOr<std::vector<std::pair<std::string, std::string>>> raw =
+      store_->ReadSideRecords(kClientRecordPrefix);
+  if (!raw.ok()) return raw.status();
+  std::vector<PersistedClient> recs;
+  recs.reserve(raw->size());
+  for (const auto& [key, value] : *raw) {
+    const uint64_t id = ParseClientRecordKey(key);
+    absl::StatusOr<PersistedClient> c =
+        id == 0 ? absl::DataLossError(absl::StrCat("malformed key '", key, "'"))
+                : DecodeClientRecord(id, value);
+    if (!c.ok()) {
+      // Without it a retry of that client may be applied twice, as before
+      // records were persisted; never a reason not to start.
+      LOG(ERROR) << "ignoring a persisted dedupe record: " << c.status();
+      (void)store_->DeleteSideRecord(key);
+      continue;
+    }
+    recs.push_back(std::move(*c));
+  }
+  std::sort(recs.begin(), recs.end(), [](const PersistedClient& a, const PersistedClient& b) {
+    return a.written_unix_ms > b.written_unix_ms;
+  });
+  std::vector<ClientRecordExport> out;
+  for (size_t i = 0; i < recs.size(); ++i) {
+    if (i >= max) {
+      ForgetClient(recs[i].client_id);  // aged out (--max_client_records)
+      continue;
+    }
+    out.push_back(ClientRecordExport{recs[i].client_id, std::move(recs[i].window)});
+  }
+  return out;
 }
 
 absl::StatusOr<KvBackend::Value> StoreBackend::Get(std::string_view key) {
@@ -142,8 +218,12 @@ RpcResult HandleRpc(std::span<const uint8_t> request, const RpcContext& ctx,
       RpcStatus st = RpcStatus::kOk;
       uint64_t version = 0;
       std::string reason;
+      // The backend persists the client's record with the write (the entry
+      // recorded below, atomically with the data): a retry after a crash is
+      // answered from it.
+      const WriteTag tag{ctx.client_id, ctx.window, r.sequence, r.opcode};
       if (r.opcode == Opcode::kPut) {
-        absl::StatusOr<uint64_t> v = ctx.backend->Put(r.key, r.value);
+        absl::StatusOr<uint64_t> v = ctx.backend->Put(r.key, r.value, tag);
         if (v.ok()) {
           version = *v;
         } else {
@@ -152,7 +232,7 @@ RpcResult HandleRpc(std::span<const uint8_t> request, const RpcContext& ctx,
           reason = std::string(Sv(v.status().message()));
         }
       } else {
-        absl::StatusOr<bool> existed = ctx.backend->Delete(r.key);
+        absl::StatusOr<bool> existed = ctx.backend->Delete(r.key, tag);
         if (existed.ok()) {
           st = *existed ? RpcStatus::kOk : RpcStatus::kNotFound;
         } else {

@@ -198,7 +198,7 @@ absl::Status ServerImpl::Init(InheritedSockets inherited) {
   absl::StatusOr<std::unique_ptr<storage::Store>> store = storage::Store::Open(store_options_);
   if (!store.ok()) return store.status();
   store_ = std::move(*store);
-  backend_ = std::make_unique<StoreBackend>(store_.get());
+  backend_ = std::make_unique<StoreBackend>(store_.get(), opt_.rpc_credits);
   const storage::StoreStats ss = store_->stats();
   LOG(INFO) << "store " << opt_.db_path << ": " << storage::OpenedAsName(store_->opened_as())
             << " in " << absl::FormatDuration(absl::Now() - t0) << ", " << ss.keys << " keys ("
@@ -210,6 +210,20 @@ absl::Status ServerImpl::Init(InheritedSockets inherited) {
   // that it does not hold tmpfs memory until someone notices (existing
   // mappings, the MR's included, stay valid until torn down).
   absl::Status s = InitRegistrationAndDataPlane();
+  if (s.ok()) {
+    // Dedupe records persisted with the writes (dedupe.h): a client retrying
+    // a write applied before a crash gets the answer it missed. (A live
+    // upgrade hands the in-memory records over instead.) The data thread
+    // does not run yet: this thread owns the data plane.
+    absl::StatusOr<std::vector<ClientRecordExport>> recs =
+        backend_->LoadClientRecords(opt_.max_client_records);
+    if (recs.ok()) {
+      data_->ImportRecords(*recs);
+      LOG(INFO) << "dedupe: " << recs->size() << " client records loaded from " << opt_.db_path;
+    } else {
+      s = recs.status();
+    }
+  }
   if (s.ok()) s = InitEpoll();
   if (s.ok()) s = AddSocketsToEpoll();
   if (s.ok()) s = WritePidFileAndLog();
@@ -231,7 +245,7 @@ absl::Status ServerImpl::InitForTakeover(const std::function<absl::Status()>& af
       storage::Store::AttachLive(store_options_);
   if (!store.ok()) return store.status();
   store_ = std::move(*store);
-  backend_ = std::make_unique<StoreBackend>(store_.get());
+  backend_ = std::make_unique<StoreBackend>(store_.get(), opt_.rpc_credits);
   LOG(INFO) << "store: attached the live arena " << store_->arena().path() << " ("
             << store_->arena_size() << " bytes) in " << absl::FormatDuration(absl::Now() - t0);
   if (after_attach) {

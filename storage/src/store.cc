@@ -19,7 +19,8 @@ namespace {
 constexpr char kMetaCf[] = "kvnode.meta";
 constexpr char kGenerationKey[] = "generation";
 constexpr char kLastVersionKey[] = "last_version";
-constexpr size_t kVersionPrefix = 8;  // RocksDB value = u64 version + value bytes
+constexpr char kSidePrefix[] = "side/";  // + SideRecord::key (docs/format.md)
+constexpr size_t kVersionPrefix = 8;     // RocksDB value = u64 version + value bytes
 
 std::string U64(uint64_t v) {
   std::string s(8, '\0');
@@ -362,7 +363,8 @@ absl::StatusOr<bool> Store::ReadFromDb(std::string_view key, GetResult* out) {
   return true;
 }
 
-absl::StatusOr<uint64_t> Store::Put(std::string_view key, std::string_view value) {
+absl::StatusOr<uint64_t> Store::Put(std::string_view key, std::string_view value,
+                                    const SideRecord* side) {
   if (absl::Status s = CheckKey(key); !s.ok()) return s;
   if (value.size() > kMaxValueSize) {
     return absl::InvalidArgumentError(
@@ -386,6 +388,9 @@ absl::StatusOr<uint64_t> Store::Put(std::string_view key, std::string_view value
   rocksdb::WriteBatch batch;
   batch.Put(cfs_[0], rocksdb::Slice(key.data(), key.size()), record);
   batch.Put(cfs_[1], kLastVersionKey, U64(version));
+  if (side != nullptr) {
+    batch.Put(cfs_[1], absl::StrCat(kSidePrefix, side->key), side->value({version, existed}));
+  }
   rocksdb::WriteOptions wo;
   wo.sync = options_.sync_writes;
   if (absl::Status s = FromRocks(db_->Write(wo, &batch), "put"); !s.ok()) return s;
@@ -398,7 +403,7 @@ absl::StatusOr<uint64_t> Store::Put(std::string_view key, std::string_view value
   return version;
 }
 
-absl::Status Store::Delete(std::string_view key) {
+absl::Status Store::Delete(std::string_view key, const SideRecord* side) {
   if (absl::Status s = CheckKey(key); !s.ok()) return s;
   absl::MutexLock w(&write_mu_);
   absl::ReaderMutexLock d(&db_mu_);
@@ -412,19 +417,45 @@ absl::Status Store::Delete(std::string_view key) {
     if (!has.ok()) return has.status();
     existed = *has;
   }
+  rocksdb::WriteBatch batch;
+  batch.Delete(cfs_[0], rocksdb::Slice(key.data(), key.size()));
+  if (side != nullptr) {
+    batch.Put(cfs_[1], absl::StrCat(kSidePrefix, side->key), side->value({0, existed}));
+  }
   rocksdb::WriteOptions wo;
   wo.sync = options_.sync_writes;
-  if (absl::Status s =
-          FromRocks(db_->Delete(wo, cfs_[0], rocksdb::Slice(key.data(), key.size())), "delete");
-      !s.ok()) {
-    return s;
-  }
+  if (absl::Status s = FromRocks(db_->Write(wo, &batch), "delete"); !s.ok()) return s;
   {
     absl::MutexLock a(&arena_mu_);
     index_->Remove(key, existed);
   }
   deletes_.fetch_add(1, std::memory_order_relaxed);
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::pair<std::string, std::string>>> Store::ReadSideRecords(
+    std::string_view prefix) {
+  absl::ReaderMutexLock d(&db_mu_);
+  if (db_ == nullptr) return absl::FailedPreconditionError("database not open in this process");
+  const std::string start =
+      absl::StrCat(kSidePrefix, absl::string_view(prefix.data(), prefix.size()));
+  std::vector<std::pair<std::string, std::string>> out;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), cfs_[1]));
+  for (it->Seek(start); it->Valid() && it->key().starts_with(start); it->Next()) {
+    out.emplace_back(it->key().ToString().substr(sizeof(kSidePrefix) - 1), it->value().ToString());
+  }
+  if (!it->status().ok()) return FromRocks(it->status(), "read side records");
+  return out;
+}
+
+absl::Status Store::DeleteSideRecord(std::string_view key) {
+  absl::MutexLock w(&write_mu_);
+  absl::ReaderMutexLock d(&db_mu_);
+  if (db_ == nullptr) return absl::FailedPreconditionError("database not open in this process");
+  return FromRocks(
+      db_->Delete(rocksdb::WriteOptions(), cfs_[1],
+                  absl::StrCat(kSidePrefix, absl::string_view(key.data(), key.size()))),
+      "delete side record");
 }
 
 absl::StatusOr<Store::GetResult> Store::Get(std::string_view key) {

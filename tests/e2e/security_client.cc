@@ -34,6 +34,11 @@
 //                           the node's fd count (--node_pid) stays under
 //                           --max_node_fds; prints how many were refused
 //   --mode=admin_probe      one admin request; prints what happened
+//   --mode=rpcs             the RPCs of --rpcs in order, one session per
+//                           label (new, or resuming the id --ids gives it);
+//                           prints "rpcs: LABEL client ID seq S OP KEY ->
+//                           STATUS version V value 'X'" per item (retried
+//                           writes, for security_dedupe.sh)
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <fcntl.h>
@@ -52,12 +57,15 @@
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <string>
 #include <variant>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "kvnode/proto/control.h"
 #include "kvnode/proto/frame_io.h"
@@ -88,6 +96,10 @@ DEFINE_int32(node_pid, 0, "burst: the node's pid (its fds are counted)");
 DEFINE_int32(max_node_fds, 0, "burst: the node may never hold more fds than this");
 DEFINE_string(admin_socket, "", "admin_probe: the socket");
 DEFINE_string(cmd, "ping", "admin_probe: the request line");
+DEFINE_string(rpcs, "",
+              "rpcs: LABEL:OP:KEY:VALUE:SEQ[:COUNT],... (OP put|delete|get; COUNT requests "
+              "with sequences SEQ.., a PUT's value suffixed -I from the second on)");
+DEFINE_string(ids, "", "rpcs: LABEL=CLIENT_ID,... sessions that resume these client ids");
 
 namespace {
 
@@ -1005,8 +1017,60 @@ int AdminProbe() {
   return 0;
 }
 
+// --rpcs "LABEL:OP:KEY:VALUE:SEQ[:COUNT],...": one session per label (a new
+// client id, or the one --ids gives it), the RPCs in order.
+int Rpcs() {
+  std::map<std::string, uint64_t> ids;
+  for (absl::string_view kv : absl::StrSplit(FLAGS_ids, ',', absl::SkipEmpty())) {
+    std::vector<std::string> p = absl::StrSplit(kv, '=');
+    uint64_t id = 0;
+    if (p.size() != 2 || !absl::SimpleAtoi(p[1], &id)) Fail(absl::StrCat("--ids: '", kv, "'"));
+    ids[p[0]] = id;
+  }
+  std::map<std::string, std::unique_ptr<Session>> sessions;
+  for (absl::string_view item : absl::StrSplit(FLAGS_rpcs, ',', absl::SkipEmpty())) {
+    std::vector<std::string> f = absl::StrSplit(item, ':');
+    uint64_t seq = 0;
+    int count = 1;
+    if ((f.size() != 5 && f.size() != 6) || !absl::SimpleAtoi(f[4], &seq) ||
+        (f.size() == 6 && !absl::SimpleAtoi(f[5], &count))) {
+      Fail(absl::StrCat("--rpcs: '", item, "'"));
+    }
+    const std::string &label = f[0], &opname = f[1], &key = f[2], &value = f[3];
+    proto::Opcode op = proto::Opcode::kPut;
+    if (opname == "delete") {
+      op = proto::Opcode::kDelete;
+    } else if (opname == "get") {
+      op = proto::Opcode::kGet;
+    } else if (opname != "put") {
+      Fail("--rpcs: OP must be put, delete or get");
+    }
+    std::unique_ptr<Session>& s = sessions[label];
+    if (s == nullptr) {
+      const uint64_t want = ids.count(label) ? ids[label] : 0;
+      s = Open(want);
+      if (want != 0 && s->w.client_id != want) {
+        Fail(absl::StrCat("asked to resume client ", want, ", got ", s->w.client_id));
+      }
+    }
+    Resp r{};
+    for (int i = 0; i < std::max(count, 1); ++i, ++seq) {
+      const std::string v = i == 0 ? value : absl::StrCat(value, "-", i);
+      r = RawRpc(*s, HandRequest(op, s->w.client_id, seq, key,
+                                 op == proto::Opcode::kPut ? std::string_view(v) : ""));
+      if (r.sequence != seq) Fail("response sequence mismatch");
+    }
+    std::cout << "rpcs: " << label << " client " << s->w.client_id << " seq " << seq - 1 << " "
+              << opname << " " << key << " -> " << proto::RpcStatusName(r.status) << " version "
+              << r.version << " value '" << r.value << "'" << std::endl;
+  }
+  for (auto& [label, s] : sessions) Goodbye(*s);
+  return 0;
+}
+
 int Main() {
   const std::string& m = FLAGS_mode;
+  if (m == "rpcs") return Rpcs();
   if (m == "bad_auth_qpn") return BadAuthQpn();
   if (m == "window_attack") return WindowAttack();
   if (m == "rejoin") return Rejoin();

@@ -63,5 +63,109 @@ TEST(DedupeWindow, ExportImportRoundTrip) {
   EXPECT_TRUE(back.TooOld(10));
 }
 
+DedupeEntry P(uint64_t seq, uint64_t version, uint8_t op = 2, uint8_t st = 0) {
+  return DedupeEntry{seq, op, st, version};
+}
+
+TEST(DedupeWindow, NewestKeepsTheLastEntriesAndAFloorOverTheRest) {
+  DedupeWindow w(1024);
+  for (uint64_t s : {5, 9, 7, 20, 21, 22}) w.Record(P(s, s * 10));
+  DedupeWindow::Exported n = w.Newest(3);
+  ASSERT_EQ(n.entries.size(), 3u);
+  EXPECT_EQ(n.entries.front().sequence, 20u);
+  EXPECT_TRUE(n.has_floor);
+  EXPECT_EQ(n.floor, 9u);  // the highest left out, not the last left out
+  DedupeWindow back = DedupeWindow::Import(n, 1024);
+  for (uint64_t s : {5, 7, 9}) EXPECT_TRUE(back.TooOld(s)) << s;
+  for (uint64_t s : {20, 21, 22}) ASSERT_NE(back.Find(s), nullptr) << s;
+  EXPECT_FALSE(back.TooOld(23));
+  // Nothing left out: no floor.
+  DedupeWindow::Exported all = w.Newest(100);
+  EXPECT_FALSE(all.has_floor);
+  EXPECT_EQ(all.entries.size(), 6u);
+}
+
+TEST(ClientRecord, SnapshotHoldsTheNextWriteAndTheNewestOthers) {
+  DedupeWindow w(1024);
+  for (uint64_t s = 1; s <= 10; ++s) w.Record(P(s, s));
+  PersistedClient c = PersistedSnapshot(42, w, P(11, 111, 3, 1), 4, 1234);
+  EXPECT_EQ(c.client_id, 42u);
+  EXPECT_EQ(c.written_unix_ms, 1234u);
+  ASSERT_EQ(c.window.entries.size(), 4u);
+  EXPECT_EQ(c.window.entries[0].sequence, 8u);
+  EXPECT_EQ(c.window.entries[3], P(11, 111, 3, 1));
+  EXPECT_TRUE(c.window.has_floor);
+  EXPECT_EQ(c.window.floor, 7u);
+  // The window the node will have after the write, imported from the record,
+  // answers the same for everything the record kept and refuses the rest.
+  w.Record(P(11, 111, 3, 1));
+  DedupeWindow back = DedupeWindow::Import(c.window, 1024);
+  for (uint64_t s = 8; s <= 11; ++s) EXPECT_EQ(*back.Find(s), *w.Find(s)) << s;
+  for (uint64_t s = 1; s <= 7; ++s) EXPECT_TRUE(back.TooOld(s)) << s;
+}
+
+TEST(ClientRecord, EncodeDecodeRoundTrip) {
+  PersistedClient c;
+  c.client_id = 0xfeedfacecafebeefULL;
+  c.written_unix_ms = 1764400000000ULL;
+  c.window.has_floor = true;
+  c.window.floor = 99;
+  c.window.entries = {P(100, 5), P(101, 0, 3, 1), P(102, 0, 2, 2)};
+  const std::string b = EncodeClientRecord(c);
+  EXPECT_EQ(b.size(), 20u + 3 * 18);
+  absl::StatusOr<PersistedClient> d = DecodeClientRecord(c.client_id, b);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->written_unix_ms, c.written_unix_ms);
+  EXPECT_EQ(d->window.has_floor, true);
+  EXPECT_EQ(d->window.floor, 99u);
+  EXPECT_EQ(d->window.entries, c.window.entries);
+
+  c.window.has_floor = false;
+  c.window.floor = 0;
+  d = DecodeClientRecord(c.client_id, EncodeClientRecord(c));
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_FALSE(d->window.has_floor);
+}
+
+TEST(ClientRecord, DecodeRefusesMalformedRecords) {
+  PersistedClient c;
+  c.window.entries = {P(1, 1), P(2, 2)};
+  const std::string good = EncodeClientRecord(c);
+  ASSERT_TRUE(DecodeClientRecord(1, good).ok());
+  auto bad = [&](std::string b, const char* what) {
+    absl::StatusOr<PersistedClient> d = DecodeClientRecord(1, b);
+    EXPECT_TRUE(absl::IsDataLoss(d.status())) << what << ": " << d.status();
+  };
+  bad(good.substr(0, good.size() - 1), "truncated");
+  bad(good + "x", "trailing byte");
+  bad(good.substr(0, 19), "short header");
+  std::string b = good;
+  b[0] = 2;
+  bad(b, "version");
+  b = good;
+  b[1] = 4;
+  bad(b, "flags");
+  b = good;
+  b[20 + 8] = 1;  // GET is never recorded
+  bad(b, "opcode");
+  b = good;
+  b[20 + 9] = 3;  // BUSY is never recorded (invariant 1)
+  bad(b, "status");
+  b = good;
+  b[12] = 1;  // a floor without its flag
+  bad(b, "floor");
+  PersistedClient dup;
+  dup.window.entries = {P(1, 1), P(1, 2)};
+  bad(EncodeClientRecord(dup), "duplicate");
+}
+
+TEST(ClientRecord, Keys) {
+  EXPECT_EQ(ClientRecordKey(0x1234), "dedupe/0000000000001234");
+  EXPECT_EQ(ParseClientRecordKey(ClientRecordKey(0xfeedfacecafebeefULL)), 0xfeedfacecafebeefULL);
+  EXPECT_EQ(ParseClientRecordKey("dedupe/000000000000123"), 0u);
+  EXPECT_EQ(ParseClientRecordKey("dedupe/000000000000123G"), 0u);
+  EXPECT_EQ(ParseClientRecordKey("other/0000000000001234"), 0u);
+}
+
 }  // namespace
 }  // namespace kvnode::server

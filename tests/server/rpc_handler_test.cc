@@ -19,14 +19,17 @@ using proto::RpcStatus;
 // the e2e tests run the real Store).
 class MapBackend final : public KvBackend {
  public:
-  absl::StatusOr<uint64_t> Put(std::string_view k, std::string_view v) override {
+  absl::StatusOr<uint64_t> Put(std::string_view k, std::string_view v,
+                               const WriteTag& tag) override {
     ++puts;
+    tags.push_back(tag);
     if (!fail.ok()) return fail;
     map[std::string(k)] = {std::string(v), ++version};
     return version;
   }
-  absl::StatusOr<bool> Delete(std::string_view k) override {
+  absl::StatusOr<bool> Delete(std::string_view k, const WriteTag& tag) override {
     ++deletes;
+    tags.push_back(tag);
     if (!fail.ok()) return fail;
     return map.erase(std::string(k)) > 0;
   }
@@ -40,6 +43,7 @@ class MapBackend final : public KvBackend {
   uint64_t version = 0;
   int puts = 0;
   int deletes = 0;
+  std::vector<WriteTag> tags;
   absl::Status fail;
 };
 

@@ -18,15 +18,25 @@
 //
 // The state is a plain list (Export/Import) so that a live upgrade can hand
 // it to the next process. Thread safety: none; owned by the data-plane thread.
+//
+// Across crashes (docs/format.md "Client records"): every applied write also
+// stores, in the same RocksDB batch, its client's newest entries (as many as
+// the client may have RPCs outstanding, --rpc_credits) and a floor covering
+// every entry left out. A cold start imports those records, so a retry of a
+// write applied just before a crash is answered from them (or, if it is older
+// than them, refused by invariant 3), never applied a second time.
 #ifndef KVNODE_SERVER_DEDUPE_H_
 #define KVNODE_SERVER_DEDUPE_H_
 
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
 
 namespace kvnode::server {
 
@@ -65,6 +75,10 @@ class DedupeWindow {
   };
   Exported Export() const;
   static DedupeWindow Import(const Exported& state, size_t capacity);
+  // The newest `n` entries (oldest first) with a floor that also covers every
+  // entry left out: Import() of it answers those n and refuses (TooOld) any
+  // other sequence this window answered.
+  Exported Newest(size_t n) const;
 
  private:
   size_t capacity_;
@@ -86,6 +100,30 @@ struct ClientRecordExport {
   uint64_t client_id = 0;
   DedupeWindow::Exported window;
 };
+
+// --- Persisted client records (docs/format.md "Client records") -------------
+
+// One client id's record as stored in RocksDB (a Store side record).
+struct PersistedClient {
+  uint64_t client_id = 0;
+  uint64_t written_unix_ms = 0;   // wall clock of the write that stored it (ageing)
+  DedupeWindow::Exported window;  // newest entries, oldest first, and the floor
+};
+
+// The record to store with a write that will record `next` in `window`: the
+// newest `keep` entries of the window after that write (`next` included).
+PersistedClient PersistedSnapshot(uint64_t client_id, const DedupeWindow& window,
+                                  const DedupeEntry& next, size_t keep, uint64_t now_unix_ms);
+
+// Side-record key of a client id: "dedupe/" + 16 lowercase hex digits.
+inline constexpr std::string_view kClientRecordPrefix = "dedupe/";
+std::string ClientRecordKey(uint64_t client_id);
+// The client id of a key made by ClientRecordKey; 0 if it is not one.
+uint64_t ParseClientRecordKey(std::string_view key);
+
+std::string EncodeClientRecord(const PersistedClient& c);
+// DataLoss on anything malformed (length, version, opcode, status, order).
+absl::StatusOr<PersistedClient> DecodeClientRecord(uint64_t client_id, std::string_view bytes);
 
 }  // namespace kvnode::server
 

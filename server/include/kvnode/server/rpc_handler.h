@@ -13,6 +13,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "kvnode/proto/rpc.h"
@@ -25,6 +26,15 @@ class Store;
 
 namespace kvnode::server {
 
+// Which client write this is, so that the backend can persist the client's
+// dedupe record with it (dedupe.h, "Across crashes").
+struct WriteTag {
+  uint64_t client_id = 0;                // 0: nothing to persist
+  const DedupeWindow* window = nullptr;  // the client's, before this write
+  uint64_t sequence = 0;
+  proto::Opcode opcode = proto::Opcode::kPut;
+};
+
 // The storage the handler writes to. Errors: InvalidArgument (the request was
 // bad: REJECTED), Unavailable/FailedPrecondition (not now, e.g. the DB is
 // closed for a live upgrade: BUSY), NotFound (GET: NOT_FOUND), others
@@ -32,10 +42,15 @@ namespace kvnode::server {
 class KvBackend {
  public:
   virtual ~KvBackend() = default;
-  // Returns the version of the write.
-  virtual absl::StatusOr<uint64_t> Put(std::string_view key, std::string_view value) = 0;
-  // True if the key existed.
-  virtual absl::StatusOr<bool> Delete(std::string_view key) = 0;
+  // Returns the version of the write. A backend that persists writes stores
+  // the client record of `tag` atomically with it.
+  virtual absl::StatusOr<uint64_t> Put(std::string_view key, std::string_view value,
+                                       const WriteTag& tag) = 0;
+  // True if the key existed. Same for `tag`.
+  virtual absl::StatusOr<bool> Delete(std::string_view key, const WriteTag& tag) = 0;
+  // The client's in-memory record was aged out: its persisted one may go
+  // too. Best effort (errors are logged).
+  virtual void ForgetClient(uint64_t client_id) { (void)client_id; }
   struct Value {
     std::string value;
     uint64_t version = 0;
@@ -46,15 +61,29 @@ class KvBackend {
 // KvBackend over storage::Store. Single writer assumed (the data-plane
 // thread): Delete reads the key first to answer NOT_FOUND for an absent key,
 // which Store::Delete does not report.
+//
+// Every PUT/DELETE with a tag also writes, in the same RocksDB batch, the
+// client's record (docs/format.md "Client records"): its newest
+// `record_entries` dedupe entries -- at least the RPCs a client may have
+// outstanding (--rpc_credits) -- and a floor covering the rest.
 class StoreBackend final : public KvBackend {
  public:
-  explicit StoreBackend(storage::Store* store) : store_(store) {}
-  absl::StatusOr<uint64_t> Put(std::string_view key, std::string_view value) override;
-  absl::StatusOr<bool> Delete(std::string_view key) override;
+  explicit StoreBackend(storage::Store* store, uint32_t record_entries = 8)
+      : store_(store), record_entries_(record_entries) {}
+  absl::StatusOr<uint64_t> Put(std::string_view key, std::string_view value,
+                               const WriteTag& tag) override;
+  absl::StatusOr<bool> Delete(std::string_view key, const WriteTag& tag) override;
   absl::StatusOr<Value> Get(std::string_view key) override;
+  void ForgetClient(uint64_t client_id) override;
+
+  // Cold start: the persisted client records to import into the data plane,
+  // the most recently written first, at most `max`; older and malformed ones
+  // are deleted (logged). Needs the DB open.
+  absl::StatusOr<std::vector<ClientRecordExport>> LoadClientRecords(size_t max);
 
  private:
   storage::Store* store_;
+  uint32_t record_entries_;
 };
 
 struct RpcContext {

@@ -31,9 +31,11 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -103,6 +105,22 @@ struct StoreStats {
   uint64_t rebuilt_keys = 0;  // keys loaded by the rebuild at Open (0 if none)
 };
 
+// What a Put or Delete did, for a SideRecord's value.
+struct WriteOutcome {
+  uint64_t version = 0;  // the Put's version (0 for a Delete)
+  bool existed = false;  // the key existed before the write (the index's view)
+};
+
+// A small record stored in the SAME RocksDB write batch as a Put or Delete:
+// both survive a crash or neither does. Kept in the metadata column family
+// under "side/" + key (docs/format.md "Side records"), never seen by Get or
+// the arena. The server keeps per-client dedupe state there.
+struct SideRecord {
+  std::string key;  // non-empty
+  // Called once, under the write lock, when the write's outcome is known.
+  std::function<std::string(const WriteOutcome&)> value;
+};
+
 class Store {
  public:
   enum class OpenedAs { kCreated, kRebuilt, kReattached, kAttachedLive };
@@ -136,9 +154,19 @@ class Store {
   // Returns the version given to this write (increasing across the store's
   // life). InvalidArgument for an empty or oversize key or an oversize value;
   // FailedPrecondition when this process is not the writer (DB not open).
-  [[nodiscard]] absl::StatusOr<uint64_t> Put(std::string_view key, std::string_view value);
-  // Deleting an absent key is OK.
-  [[nodiscard]] absl::Status Delete(std::string_view key);
+  // `side`, when given, is written atomically with the value.
+  [[nodiscard]] absl::StatusOr<uint64_t> Put(std::string_view key, std::string_view value,
+                                             const SideRecord* side = nullptr);
+  // Deleting an absent key is OK (and still writes `side`).
+  [[nodiscard]] absl::Status Delete(std::string_view key, const SideRecord* side = nullptr);
+
+  // Side records whose key starts with `prefix`, in key order, as (key,
+  // value). FailedPrecondition when the DB is not open here.
+  [[nodiscard]] absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ReadSideRecords(
+      std::string_view prefix);
+  // Removes one side record (not synced: a removal lost in a crash only keeps
+  // a stale record). OK if absent.
+  [[nodiscard]] absl::Status DeleteSideRecord(std::string_view key);
 
   struct GetResult {
     std::string value;
