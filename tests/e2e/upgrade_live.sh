@@ -19,7 +19,7 @@ n=${KV_UPGRADES:-2}
 # test that failed may have left a client running in the shared VM): named
 # now, and not attributed to this test at the end.
 user_objects() { { rdma resource show qp; rdma resource show mr; } 2>/dev/null | grep -v 'comm \[' || true; }
-pre_pids=$(user_objects | grep -o ' pid [0-9]*' | awk '{print $2}' | sort -u | tr '\n' ' ')
+pre_pids=$(user_objects | { grep -o ' pid [0-9]*' || true; } | awk '{print $2}' | sort -u | tr '\n' ' ')
 UP_IGNORE_PIDS=$pre_pids
 [[ -z $pre_pids ]] || kv_log "note: verbs objects of other processes before this test (not ours): $(user_objects)"
 
