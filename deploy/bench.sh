@@ -8,7 +8,18 @@
 # ib_send_lat p50 against issue 5's targets.
 #
 #   deploy/bench.sh [--sizes 16,1024] [--depths 1,8,32] [--reps 3] [--duration 2]
-#                   [--keys 5000] [--out DIR] [--no-build]
+#                   [--keys 5000] [--spin N] [--short_duration 1] [--out DIR]
+#                   [--no-build]
+#   e.g. one size at depth 1, quickly: deploy/bench.sh --no-build --sizes 16 --depths 1 --reps 1
+#
+# kvload busy-polls like perftest: --spin N (default 1000000000) idle polls
+# before its thread blocks on a completion event, i.e. never within a run;
+# kvload's own default (64) adds an interrupt and a wake-up to most depth-1
+# GETs. --spin 64 measures that default for comparison.
+# --duration is that of the depth-1 GET runs (the latency headline and the
+# CDF, which want the most samples); the other kvload runs (depth > 1, PUTs,
+# the workload grid) last --short_duration s (default 1: thousands of GETs,
+# ~100 synced PUTs, enough for a p50).
 #
 # Depths are matched honestly: kvload runs ONE client (one QP, one thread)
 # with --depth D operations outstanding; a GET has at most one READ in flight
@@ -36,6 +47,8 @@ depths=1,8,32
 reps=3
 duration=2
 keys=5000
+spin=1000000000
+short_duration=1
 out=""
 build=${KVNODE_BUILD_DIR:-$repo/build-bench}
 do_build=1
@@ -50,6 +63,8 @@ while (($#)); do
     --reps) reps=$2; shift 2 ;;
     --duration) duration=$2; shift 2 ;;
     --keys) keys=$2; shift 2 ;;
+    --spin) spin=$2; shift 2 ;;
+    --short_duration) short_duration=$2; shift 2 ;;
     --out) out=$(realpath -m "$2"); shift 2 ;;
     --no-build) do_build=0; shift ;;
     --inner) inner=1; shift ;;
@@ -73,7 +88,7 @@ if ((!inner)); then
     cmake --build "$build" -j 2 --target kvnode kvload kvctl kvnode_raw_client
   fi
   args=(--inner --sizes "$sizes" --depths "$depths" --reps "$reps" --duration "$duration"
-    --keys "$keys" --out "$out")
+    --keys "$keys" --spin "$spin" --short_duration "$short_duration" --out "$out")
   rc=0
   if kv_active_device >/dev/null; then
     KVNODE_BUILD_DIR=$build deploy/bench.sh "${args[@]}" || rc=$?
@@ -100,6 +115,10 @@ runs=$out/runs.jsonl
 touch "$runs"
 
 record() { echo "$1" >>"$runs"; }
+# Wall time of each step goes into its record ("wall_s"), so that where a
+# session's time went can be read back (plot-bench.py summary prints it).
+now_ms() { echo $(($(date +%s%N) / 1000000)); }
+since() { local t=$(($(now_ms) - $1)); printf '%d.%03d' $((t / 1000)) $((t % 1000)); }
 # True when there is still time to start something that takes about $1 s.
 in_budget() { ((deadline == 0 || $(date +%s) + ${1:-0} <= deadline)); }
 skip() {
@@ -128,7 +147,7 @@ pt_port=19000
 declare -a pt_specs=()
 pt_add() { pt_specs+=("$*"); } # NAME TOOL SIZE DEPTH ARGS...
 pt_run_batch() {             # REP
-  local rep=$1 spec name tool size depth i try ok
+  local rep=$1 spec name tool size depth i try ok t0
   local -a ports=() spids=() a
   for i in "${!pt_specs[@]}"; do
     read -r -a a <<<"${pt_specs[$i]}"
@@ -142,6 +161,7 @@ pt_run_batch() {             # REP
     read -r -a a <<<"${pt_specs[$i]}"
     name=${a[0]} tool=${a[1]} size=${a[2]} depth=${a[3]}
     ok=false
+    t0=$(now_ms)
     for try in 1 2 3; do
       if ((try > 1)); then # the server of a failed run has exited: a fresh one
         pt_port=$((pt_port + 1))
@@ -171,7 +191,7 @@ pt_run_batch() {             # REP
       fi
       kv_log "$name rep $rep: attempt $try failed (see $out/perftest/$name-r$rep.log)"
     done
-    record "{\"kind\":\"perftest\",\"tool\":\"$tool\",\"name\":\"$name\",\"size\":$size,\"depth\":$depth,\"rep\":$rep,\"ok\":$ok,\"args\":\"${a[*]:4}\",\"log\":\"perftest/$name-r$rep.log\"}"
+    record "{\"kind\":\"perftest\",\"tool\":\"$tool\",\"name\":\"$name\",\"size\":$size,\"depth\":$depth,\"rep\":$rep,\"ok\":$ok,\"args\":\"${a[*]:4}\",\"log\":\"perftest/$name-r$rep.log\",\"wall_s\":$(since "$t0")}"
   done
   pt_specs=()
 }
@@ -180,27 +200,36 @@ pt_run_batch() {             # REP
 kvload_run() {
   local cell=$1 wl=$2 dist=$3 size=$4 depth=$5 rep=$6
   shift 6
-  local base="$cell-s$size-d$depth-r$rep" rc=0
+  local base="$cell-s$size-d$depth-r$rep" rc=0 t0
+  t0=$(now_ms)
   local -a wlflag=(--workload "$wl")
   [[ $wl == W ]] && wlflag=(--read_ratio 0) # write-only: PUT latency and rate
+  local dur=$short_duration
+  [[ $cell == C-uniform && $depth == 1 ]] && dur=$duration
   "$KV_KVLOAD" "${kvload_common[@]}" --value_size "$size" --depth "$depth" \
-    "${wlflag[@]}" --distribution "$dist" --duration "$duration" --seed "$rep" \
+    "${wlflag[@]}" --distribution "$dist" --duration "$dur" --seed "$rep" \
     --report "$out/kvload/$base.json" "$@" >"$out/kvload/$base.log" 2>&1 || rc=$?
   local cdf_field="" a
   for a in "$@"; do
     [[ $a == --latency_cdf=* ]] && cdf_field=",\"cdf\":\"kvload/${a##*/}\""
   done
-  record "{\"kind\":\"kvload\",\"cell\":\"$cell\",\"workload\":\"$wl\",\"dist\":\"$dist\",\"size\":$size,\"depth\":$depth,\"rep\":$rep,\"rc\":$rc,\"report\":\"kvload/$base.json\",\"log\":\"kvload/$base.log\"$cdf_field}"
+  record "{\"kind\":\"kvload\",\"cell\":\"$cell\",\"workload\":\"$wl\",\"dist\":\"$dist\",\"size\":$size,\"depth\":$depth,\"rep\":$rep,\"rc\":$rc,\"report\":\"kvload/$base.json\",\"log\":\"kvload/$base.log\"$cdf_field,\"wall_s\":$(since "$t0")}"
   ((rc == 0)) || kv_log "kvload $base exited $rc: $(tail -n 3 "$out/kvload/$base.log" | tr '\n' ' ')"
 }
 
+# Depth 32: the preload's synced PUTs share RocksDB group commits, and the
+# preload is set-up, not a figure.
 preload() { # SIZE
-  local rc try
+  local rc try t0
+  t0=$(now_ms)
   for try in 1 2 3; do
     rc=0
-    "$KV_KVLOAD" "${kvload_common[@]}" --value_size "$1" --depth 8 --workload C \
+    "$KV_KVLOAD" "${kvload_common[@]}" --value_size "$1" --depth 32 --workload C \
       --preload --ops 1 >"$out/kvload/preload-s$1.log" 2>&1 || rc=$?
-    ((rc == 0)) && return 0
+    if ((rc == 0)); then
+      record "{\"kind\":\"step\",\"what\":\"preload $keys keys of $1 B\",\"wall_s\":$(since "$t0")}"
+      return 0
+    fi
     kv_log "preload of $keys keys of $1 B, attempt $try: $(tail -n 2 "$out/kvload/preload-s$1.log" | tr '\n' ' ')"
   done
   kv_fail "preload of $keys keys of $1 B failed 3 times"
@@ -208,15 +237,18 @@ preload() { # SIZE
 
 mix_size=${mix%%:*}
 mix_depth=${mix##*:}
-kv_log "device $dev (GID index $gid); sizes $sizes, depths $depths, $reps reps, ${duration}s per kvload run"
-record "{\"kind\":\"config\",\"device\":\"$dev\",\"gid_index\":$gid,\"sizes\":[$sizes],\"depths\":[$depths],\"reps\":$reps,\"duration_s\":$duration,\"keys\":$keys,\"mix\":\"$mix\"}"
+kv_log "device $dev (GID index $gid); sizes $sizes, depths $depths, $reps reps, ${duration}s per kvload run, --spin $spin"
+record "{\"kind\":\"config\",\"device\":\"$dev\",\"gid_index\":$gid,\"sizes\":[$sizes],\"depths\":[$depths],\"reps\":$reps,\"duration_s\":$duration,\"short_duration_s\":$short_duration,\"keys\":$keys,\"mix\":\"$mix\",\"spin\":$spin}"
 # The node: defaults but a small arena (every value size fits with $keys
 # keys) and RocksDB on the guest's tmpfs; writes are synced (the default).
+t0=$(now_ms)
 kv_start_node --arena_size $((64 << 20)) --sync_writes=true --max_clients 64
-# One client, one thread. The connect bound is raised: under TCG on a loaded
-# host the node's per-client set-up (QP, window) can take seconds.
+record "{\"kind\":\"step\",\"what\":\"kvnode start\",\"wall_s\":$(since "$t0")}"
+# One client, one thread, busy-polling (--spin). The connect bound is raised:
+# under TCG on a loaded host the node's per-client set-up (QP, window) can
+# take seconds.
 kvload_common=(--server "$KV_ADDR" --auth_token_file "$KV_TOKEN" --progress=false
-  --clients 1 --threads 1 --keys "$keys" --connect_timeout_ms 15000)
+  --clients 1 --threads 1 --keys "$keys" --connect_timeout_ms 15000 --spin "$spin")
 cp "$KV_DIR/kvnode.log" "$out/kvnode-start.log" 2>/dev/null || true
 
 # Rough cost of one rep of one size, to stop before the deadline.
@@ -237,7 +269,7 @@ for size in ${sizes//,/ }; do
     pt_add "ib_read_lat-$size" ib_read_lat "$size" 1 -n 2000 $hflag
     pt_add "ib_send_lat-$size" ib_send_lat "$size" 1 -n 2000
     for d in ${depths//,/ }; do
-      pt_add "ib_read_bw-$size-d$d" ib_read_bw "$size" "$d" -n 10000 -t "$d" -o "$d"
+      pt_add "ib_read_bw-$size-d$d" ib_read_bw "$size" "$d" -n 5000 -t "$d" -o "$d"
     done
     pt_run_batch "$rep"
     for d in ${depths//,/ }; do
