@@ -6,13 +6,20 @@
 # Per key count, on one node:
 #   preload   kvload --preload (every key written once)
 #   steady    kvload for BENCH_RUN_S s without disturbance
-#   live      kvload for BENCH_RUN_S s, SIGUSR2 after BENCH_AT_S s
-#   naive     kvload for BENCH_RUN_S s, after BENCH_AT_S s SIGTERM, start the
-#             binary again (the arena is rebuilt from RocksDB), clients reconnect
+#   live      kvload with BENCH_EVENTS (default 1) live upgrades (SIGUSR2): the
+#             first BENCH_AT_S s in, each next one BENCH_AT_S s after the
+#             previous finished (old process gone); the run ends BENCH_AT_S s
+#             after the last (kvload stopped by SIGINT, which drains and
+#             reports) or after BENCH_RUN_S s if that is later
+#   naive     the same schedule of naive restarts: SIGTERM, start the binary
+#             again (the arena is rebuilt from RocksDB), clients reconnect
+# A key count may carry its own number of events: BENCH_KEYS="10000:3 100000"
+# (three upgrades and three restarts at 1e4 keys, BENCH_EVENTS at 1e5): the
+# timeline plot of issue 7 wants three events in one run.
 # Reported per run: blackout (longest gap between completed operations, from
 # kvload), p99 and max latency of the run (steady vs the run holding the
-# event), failed ops, and signal -> old process exit (live) / signal -> new
-# process answering (naive).
+# events), failed ops, and per event signal -> old process exit (live) /
+# signal -> new process answering (naive), joined by '/'.
 #
 #   deploy/bench-upgrade.sh                        build in build/, run (VM if needed)
 #   KVNODE_BUILD_DIR=DIR BENCH_KEYS=100000 deploy/bench-upgrade.sh --no-build
@@ -26,20 +33,24 @@ if [[ $mode == --inner ]]; then
   keys_list=${BENCH_KEYS:-"100000 1000000"}
   run_s=${BENCH_RUN_S:-40}
   at_s=${BENCH_AT_S:-5}
+  events_default=${BENCH_EVENTS:-1}
   node=$build/server/kvnode
   kvload=$build/client/tools/kvload
   kvctl=$build/client/tools/kvctl
   results=$(mktemp /tmp/bench-upgrade.XXXXXX.txt)
   node_pid=""
+  child_pid=""
+  last_ms=0
   cleanup() { [[ -n $node_pid ]] && kill -KILL "$node_pid" 2>/dev/null; return 0; }
   trap cleanup EXIT
-  gone() { [[ ! -e /proc/$1 ]] || grep -q '^State:[[:space:]]*Z' "/proc/$1/status"; }
+  gone() { [[ ! -e /proc/$1 ]] || grep -q '^State:[[:space:]]*Z' "/proc/$1/status" 2>/dev/null; }
   ping_field() { "$kvctl" --admin_socket "$admin" --json ping 2>/dev/null | grep -o "\"$1\":[0-9]*" | cut -d: -f2; }
   start_node() {
     "$node" --listen "127.0.0.1:$port" --db_path "$dir/db" --shm_name "$shm" \
       --admin_socket "$admin" --auth_token_file "$token" --arena_size "$arena" \
       --sync_writes=false --max_clients 16 >>"$dir/kvnode.log" 2>&1 &
     node_pid=$!
+    child_pid=$node_pid
     until [[ -n $(ping_field pid) ]]; do
       kill -0 "$node_pid" 2>/dev/null || { tail "$dir/kvnode.log"; exit 1; }
       sleep 0.05 # polling a condition (the node answers)
@@ -53,7 +64,7 @@ if [[ $mode == --inner ]]; then
       --connect_timeout_ms 5000 --timeout_ms 120000 --progress=false \
       --report "$dir/$name.json" "$@" >"$dir/$name.log" 2>&1
   }
-  row() { # row KEYS NAME EVENT_MS
+  row() { # row KEYS NAME EVENT_MS[/EVENT_MS...]
     python3 - "$dir/$2.json" "$1" "$2" "$3" <<'PY' | tee -a "$results"
 import json, sys
 r = json.load(open(sys.argv[1]))
@@ -62,7 +73,57 @@ print(f"{sys.argv[2]:>8} {sys.argv[3]:<7} blackout {r['blackout_ms']:8.1f} ms  p
       f"  max {l['max']/1000:8.1f} ms  failed {r['failed_ops']}  ops {r['ops']}  event {sys.argv[4]} ms")
 PY
   }
-  for keys in $keys_list; do
+  # The exit status of an old process, when it is this shell's child (the
+  # first one; later ones were started by their predecessor).
+  reap() {
+    local rc=0
+    [[ $1 == "$child_pid" ]] || return 0
+    wait "$1" || rc=$?
+    ((rc == 0)) || echo "old process $1 exited $rc"
+  }
+  # One live upgrade; sets last_ms = signal -> old process exit.
+  live_event() {
+    local old=$node_pid gen t0
+    gen=$(ping_field generation)
+    t0=$(date +%s%N)
+    kill -USR2 "$old"
+    until [[ $(ping_field generation) == $((gen + 1)) ]]; do sleep 0.02; done # poll
+    until gone "$old"; do sleep 0.02; done # poll
+    last_ms=$((($(date +%s%N) - t0) / 1000000))
+    reap "$old"
+    node_pid=$(ping_field pid)
+  }
+  # One naive restart; sets last_ms = SIGTERM -> new process answering.
+  naive_event() {
+    local old=$node_pid t0
+    t0=$(date +%s%N)
+    kill -TERM "$old"
+    until gone "$old"; do sleep 0.02; done # poll
+    reap "$old"
+    start_node
+    last_ms=$((($(date +%s%N) - t0) / 1000000))
+  }
+  # events_run NAME live|naive: kvload under the event schedule; sets ev_ms.
+  events_run() {
+    local name=$1 kind=$2 lp i t_start
+    t_start=$(date +%s)
+    load "$name" --duration 100000 &
+    lp=$!
+    ev_ms=""
+    sleep "$at_s" # the benchmark's schedule: steady load before the first event
+    for ((i = 1; i <= events; i++)); do
+      "${kind}_event"
+      ev_ms+=${ev_ms:+/}$last_ms
+      sleep "$at_s" # the schedule: steady load after each event
+    done
+    while (($(date +%s) < t_start + run_s)); do sleep 0.2; done # at least run_s of load
+    kill -TERM "$lp" 2>/dev/null || true # kvload drains what is in flight and reports
+    wait "$lp" || true
+  }
+  for spec in $keys_list; do
+    keys=${spec%%:*}
+    events=$events_default
+    [[ $spec == *:* ]] && events=${spec#*:}
     dir=$(mktemp -d /tmp/bench-upgrade.XXXXXX)
     token="$dir/token"
     (umask 077 && head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$token")
@@ -73,37 +134,16 @@ PY
     arena=$(((keys * 256 + (64 << 20)) / 4096 * 4096))
     start_node
     t=$(date +%s%N)
-    load preload --preload --ops 1
-    echo "== $keys keys preloaded in $((($(date +%s%N) - t) / 1000000)) ms (arena $arena bytes)"
+    load preload --preload --ops 1 --depth 16 # set-up, not a figure: deeper
+    echo "== $keys keys ($events events per run) preloaded in $((($(date +%s%N) - t) / 1000000)) ms (arena $arena bytes)"
     load steady --duration "$run_s"
     row "$keys" steady 0
 
-    load live --duration "$run_s" &
-    lp=$!
-    sleep "$at_s" # the benchmark's schedule: the event happens at_s into the run
-    old=$node_pid
-    gen=$(ping_field generation)
-    t0=$(date +%s%N)
-    kill -USR2 "$old"
-    until [[ $(ping_field generation) == $((gen + 1)) ]]; do sleep 0.02; done # poll
-    until gone "$old"; do sleep 0.02; done # poll
-    live_ms=$((($(date +%s%N) - t0) / 1000000))
-    wait "$old" || echo "old process exited non-zero"
-    node_pid=$(ping_field pid)
-    wait "$lp" || true
-    row "$keys" live "$live_ms"
+    events_run live live
+    row "$keys" live "$ev_ms"
 
-    load naive --duration "$run_s" &
-    lp=$!
-    sleep "$at_s" # the benchmark's schedule
-    old=$node_pid
-    t0=$(date +%s%N)
-    kill -TERM "$old"
-    until gone "$old"; do sleep 0.02; done # poll
-    start_node
-    naive_ms=$((($(date +%s%N) - t0) / 1000000))
-    wait "$lp" || true
-    row "$keys" naive "$naive_ms"
+    events_run naive naive
+    row "$keys" naive "$ev_ms"
     grep -E "store .*: (rebuilt|reattached|created)" "$dir/kvnode.log" | tail -1 || true
     kill -TERM "$node_pid"
     until gone "$node_pid"; do sleep 0.02; done # poll
@@ -123,4 +163,5 @@ if kv_active_device >/dev/null; then
   KVNODE_BUILD_DIR=$build exec deploy/bench-upgrade.sh --inner
 fi
 exec deploy/rxe-vm --rw "$build" -- env KVNODE_BUILD_DIR="$build" BENCH_KEYS="${BENCH_KEYS:-}" \
+  BENCH_EVENTS="${BENCH_EVENTS:-1}" \
   BENCH_RUN_S="${BENCH_RUN_S:-40}" BENCH_AT_S="${BENCH_AT_S:-5}" "$PWD/deploy/bench-upgrade.sh" --inner
