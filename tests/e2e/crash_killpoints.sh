@@ -73,7 +73,8 @@ node_died() { ! kill -0 "$KV_PID" 2>/dev/null; }
 
 "$KV_KVLOAD" --server "$KV_ADDR" --auth_token_file "$KV_TOKEN" --workload A --delete_ratio 0.1 \
   --clients 4 --threads 1 --depth 4 --keys 2000 --value_size 64 --preload --duration 3600 \
-  --verify --timeout_ms 120000 --ack_log "$acks" --report "$report" --seed "$seed" \
+  --verify --timeout_ms 120000 --connect_timeout_ms 10000 --ack_log "$acks" --report "$report" \
+  --seed "$seed" \
   >"$dir/kvload.out" 2>&1 &
 load_pid=$!
 progressed() { grep -qE '^\[ +[0-9]+s\] +[1-9]' "$dir/kvload.out"; }
@@ -138,7 +139,7 @@ kill9
 restart_and_wait
 rc=0
 "$KV_KVLOAD" --audit "$acks" --server "127.0.0.1:$port" --auth_token_file "$KV_TOKEN" \
-  --report "$dir/audit.json" >"$dir/audit.out" 2>&1 || rc=$?
+  --connect_timeout_ms 10000 --report "$dir/audit.json" >"$dir/audit.out" 2>&1 || rc=$?
 cat "$dir/audit.out" >&2
 [[ $rc -eq 0 ]] || kv_fail "audit of the ack log failed after the last crash (exit $rc)"
 kv_ok "$iterations kill points (writes ${points[writes]}, ready ${points[ready]}, recovery ${points[recovery]}) in ${t_loop}s: no acknowledged write lost, no stale read"
