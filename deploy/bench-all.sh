@@ -5,7 +5,11 @@
 # docs/BENCHMARKS.md with its plots in docs/bench/.
 #
 #   deploy/bench-all.sh [--no-build] [--budget SECONDS] [--out DIR]
-#                       [--md FILE] [--plots DIR]
+#                       [--md FILE] [--plots DIR] [--quick]
+#
+# --quick runs every part once at a toy size (sizes 16 and 64, depths 1 and 8,
+# 1 rep, 2000 / 5000 upgrade keys, the grid at 64 B depth 8): a check of the
+# scripts, not a report.
 #
 # In the session, in order of priority (each figure the median of 3 runs,
 # with min and max):
@@ -14,7 +18,8 @@
 #       and kvload (workload C uniform, and write-only) on one kvnode, depths
 #       1, 8, 32, GET latency CDFs;
 #   2.  deploy/bench-upgrade.sh (issue 6: live upgrade vs naive restart, here
-#       1e4 and 1e5 keys, one event per 12 s run) when present;
+#       1e4 keys with three events per run, for issue 7's timeline plot, and
+#       1e5 keys with one) when present;
 #   3.  rdma_bench (registration per GiB, batch deregistration), 3 runs;
 #   4.  Redis on loopback TCP: redis-benchmark GET/SET at each size, 1 and 32
 #       connections;
@@ -37,6 +42,7 @@ out=""
 md=$repo/docs/BENCHMARKS.md
 plots=$repo/docs/bench
 do_build=1
+quick=0
 inner=0
 deadline=0
 cmdline="deploy/bench-all.sh${*:+ $*}"
@@ -47,6 +53,7 @@ while (($#)); do
     --out) out=$(realpath -m "$2"); shift 2 ;;
     --md) md=$(realpath -m "$2"); shift 2 ;;
     --plots) plots=$(realpath -m "$2"); shift 2 ;;
+    --quick) quick=1; shift ;;
     --inner) inner=1; shift ;;
     --deadline) deadline=$2; shift 2 ;;
     -h | --help) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
@@ -62,8 +69,17 @@ MIX=64:8
 RDMA_MIB=64
 REDIS_N1=500   # requests per redis-benchmark test with 1 connection
 REDIS_N32=2000 # ... with 32
-UPGRADE_KEYS="10000 100000" # issue 6 says 1e5 and 1e6: a 1e6 preload alone overruns TCG's budget
+# issue 6 says 1e5 and 1e6: a 1e6 preload alone overruns TCG's budget. KEYS:N
+# = N events per run: three live upgrades (and three naive restarts) in one
+# run at 1e4 keys make issue 7's timeline plot; one each at 1e5.
+UPGRADE_KEYS="10000:3 100000:1"
 UPGRADE_MAX_S=330            # the upgrade part is cut there (what finished is reported)
+RDMA_RUNS=3
+REDIS_SIZES="${SIZES_A//,/ } ${SIZES_B//,/ }"
+if ((quick)); then
+  SIZES_A=16 SIZES_B=64 DEPTHS=1,8 REPS=1 RDMA_RUNS=1 REDIS_SIZES=16
+  UPGRADE_KEYS="2000:3 5000:1" UPGRADE_MAX_S=200
+fi
 
 log() { echo "[bench-all $(date +%H:%M:%S)] $*" >&2; }
 
@@ -73,6 +89,10 @@ if ((inner)); then
   export KVNODE_BUILD_DIR=$build
   runs=$out/runs.jsonl
   record() { echo "$1" >>"$runs"; }
+  now_ms() { echo $(($(date +%s%N) / 1000000)); }
+  since() { local t=$(($(now_ms) - $1)); printf '%d.%03d' $((t / 1000)) $((t % 1000)); }
+  step() { record "{\"kind\":\"step\",\"what\":\"$1\",\"wall_s\":$(since "$2")}"; }
+  session_t0=$(now_ms)
   in_budget() { (($(date +%s) + ${1:-0} <= deadline)); }
   skip() { log "skipped (time budget): $1"; record "{\"kind\":\"skipped\",\"what\":\"$1\"}"; }
   dev=$(kv_active_device) || { echo "bench-all: no ACTIVE verbs device" >&2; exit 1; }
@@ -101,8 +121,10 @@ if ((inner)); then
   # Order of priority, so that a cut for time takes the least important:
   # 1a. issue 5's two targets (16 B inline, 1 KiB heap); 2. the live upgrade;
   # 3. rdma_bench; 4. Redis; 1b. the other sizes and the workload grid.
-  reserve=$((3 * 40 + 8 * 3 * 6 + 30))
-  [[ -x deploy/bench-upgrade.sh ]] && reserve=$((reserve + 330))
+  nredis=$(($(wc -w <<<"$REDIS_SIZES") * REPS * 2))
+  later=$((RDMA_RUNS * 40 + nredis * 6)) # what parts 3 and 4 need
+  reserve=$((later + 30))
+  [[ -x deploy/bench-upgrade.sh ]] && reserve=$((reserve + UPGRADE_MAX_S))
   log "1a. kvnode vs perftest: ${SIZES_A} B"
   deploy/bench.sh --inner --out "$out" --sizes "$SIZES_A" --depths "$DEPTHS" --reps "$REPS" \
     --duration 2 --keys 5000 --cdf --deadline $((deadline - reserve)) ||
@@ -117,24 +139,27 @@ if ((inner)); then
       rc=0
       mkdir -p "$out/upgrade"
       # At most UPGRADE_MAX_S, and never into the time parts 3 and 4 need.
-      cap=$((deadline - $(date +%s) - 3 * 40 - 8 * 3 * 6))
+      cap=$((deadline - $(date +%s) - later))
       ((cap > UPGRADE_MAX_S)) && cap=$UPGRADE_MAX_S
       ((cap < 120)) && cap=120
-      BENCH_KEYS=$UPGRADE_KEYS BENCH_RUN_S=12 BENCH_AT_S=4 \
+      t0=$(now_ms)
+      BENCH_KEYS=$UPGRADE_KEYS BENCH_EVENTS=1 BENCH_RUN_S=10 BENCH_AT_S=3 \
         timeout -k 10 "$cap" deploy/bench-upgrade.sh --inner \
         >"$out/upgrade/bench-upgrade.log" 2>&1 || rc=$?
+      step "bench-upgrade.sh (cap ${cap} s)" "$t0"
       i=0
       for d in /tmp/bench-upgrade.*/; do
         [[ -d $d ]] || continue
         i=$((i + 1))
         mkdir -p "$out/upgrade/run$i"
-        cp "$d"/*.json "$d"/*.log "$out/upgrade/run$i/" 2>/dev/null || true
+        cp "$d"/*.json "$d"/*.log "$d"/*.txt "$out/upgrade/run$i/" 2>/dev/null || true
+        nev=$(cat "$out/upgrade/run$i/events.txt" 2>/dev/null || echo 1)
         for mode in steady live naive; do
           [[ -f $out/upgrade/run$i/$mode.json ]] &&
-            record "{\"kind\":\"upgrade_timeline\",\"mode\":\"$mode\",\"report\":\"upgrade/run$i/$mode.json\"}"
+            record "{\"kind\":\"upgrade_timeline\",\"mode\":\"$mode\",\"report\":\"upgrade/run$i/$mode.json\",\"events\":$nev}"
         done
       done
-      record "{\"kind\":\"upgrade_run\",\"rc\":$rc,\"log\":\"upgrade/bench-upgrade.log\",\"keys\":\"$UPGRADE_KEYS\"}"
+      record "{\"kind\":\"upgrade_run\",\"rc\":$rc,\"log\":\"upgrade/bench-upgrade.log\",\"keys\":\"$UPGRADE_KEYS\",\"run_s\":10,\"at_s\":3}"
     else
       skip "live-upgrade benchmark"
     fi
@@ -144,12 +169,13 @@ if ((inner)); then
   # 3. rdma_bench: three separate runs, each one repetition per case.
   log "3. rdma_bench"
   mkdir -p "$out/rdma"
-  for rep in 1 2 3; do
+  for rep in $(seq "$RDMA_RUNS"); do
     if ! in_budget 40; then skip "rdma_bench run $rep"; continue; fi
     rc=0
+    t0=$(now_ms)
     "$build/tests/bench/rdma_bench" --device "$dev" --tables 13 --size_mib "$RDMA_MIB" --reps 1 \
       >"$out/rdma/run$rep.log" 2>&1 || rc=$?
-    record "{\"kind\":\"rdma_bench\",\"rep\":$rep,\"rc\":$rc,\"log\":\"rdma/run$rep.log\"}"
+    record "{\"kind\":\"rdma_bench\",\"rep\":$rep,\"rc\":$rc,\"log\":\"rdma/run$rep.log\",\"wall_s\":$(since "$t0")}"
   done
 
   # 4. Redis over loopback TCP in the same guest.
@@ -174,7 +200,7 @@ if ((inner)); then
     done
   }
   if wait_listening "$rport" 30; then
-    for size in ${SIZES_A//,/ } ${SIZES_B//,/ }; do
+    for size in $REDIS_SIZES; do
       for rep in $(seq "$REPS"); do
         for c in 1 32; do
           if ! in_budget 20; then skip "redis $size B -c $c rep $rep"; continue; fi
@@ -182,9 +208,10 @@ if ((inner)); then
           ((c > 1)) && n=$REDIS_N32
           f=redis/s$size-c$c-r$rep.csv
           rc=0
+          t0=$(now_ms)
           redis-benchmark -h 127.0.0.1 -p "$rport" -t set,get -d "$size" -n "$n" -c "$c" --csv \
             >"$out/$f" 2>"$out/$f.err" || rc=$?
-          record "{\"kind\":\"redis\",\"size\":$size,\"clients\":$c,\"rep\":$rep,\"n\":$n,\"rc\":$rc,\"csv\":\"$f\"}"
+          record "{\"kind\":\"redis\",\"size\":$size,\"clients\":$c,\"rep\":$rep,\"n\":$n,\"rc\":$rc,\"csv\":\"$f\",\"wall_s\":$(since "$t0")}"
         done
       done
     done
@@ -204,6 +231,7 @@ if ((inner)); then
     skip "sizes $SIZES_B and the workload grid"
   fi
 
+  step "whole session (in the device session)" "$session_t0"
   log "session done"
   exit 0
 fi
@@ -244,17 +272,19 @@ trap 'kill "$sampler" 2>/dev/null || true' EXIT
 # The budget covers the session, not the build.
 t_start=$(date +%s)
 deadline=$((t_start + budget))
+qflag=()
+((quick)) && qflag=(--quick)
 rw=(--rw "$build")
 [[ $out == "$build"/* ]] || rw+=(--rw "$out")
 rc=0
 if kv_active_device >/dev/null; then
   log "verbs device found: running natively"
-  deploy/bench-all.sh --inner --out "$out" --deadline "$deadline" || rc=$?
+  deploy/bench-all.sh --inner --out "$out" --deadline "$deadline" "${qflag[@]}" || rc=$?
 else
   log "no verbs device: one deploy/rxe-vm session (Soft-RoCE rxe0, QEMU TCG)"
   deploy/rxe-vm --timeout $((budget + 600)) "${rw[@]}" -- \
     env KVNODE_BUILD_DIR="$build" "$repo/deploy/bench-all.sh" --inner --out "$out" \
-    --deadline "$deadline" || rc=$?
+    --deadline "$deadline" "${qflag[@]}" || rc=$?
 fi
 kill "$sampler" 2>/dev/null || true
 {

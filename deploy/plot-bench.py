@@ -320,7 +320,31 @@ def summary(d):
         print("runs with < 100 ops (starved guest): " + "; ".join(D.starved))
     met = sum(1 for t in t1 + t2 if t[3] == "**met**")
     print(f"targets met: {met} of {len(t1) + len(t2)}")
+    print_time(D)
     return 0
+
+
+def print_time(D):
+    """Where the session's time went, from the records' wall_s."""
+    tot = {}
+    for r in D.runs:
+        if "wall_s" not in r:
+            continue
+        if r["kind"] == "step":
+            key = r["what"]
+        elif r["kind"] == "kvload":
+            key = f"kvload {r['cell']} (depth {r['depth']})"
+        elif r["kind"] == "perftest":
+            key = f"perftest {r['tool']}"
+        else:
+            key = r["kind"]
+        n, t = tot.get(key, (0, 0.0))
+        tot[key] = (n + 1, t + float(r["wall_s"]))
+    if not tot:
+        return
+    print("\nwall time by step (s): total, runs, per run")
+    for k, (n, t) in sorted(tot.items(), key=lambda kv: -kv[1][1]):
+        print(f"  {k:<48} {t:8.1f} {n:4d} {t / n:7.1f}")
 
 
 def print_table(title, header, rows):
@@ -418,7 +442,7 @@ def rdma_data(D):
 
 
 UP_ROW = re.compile(r"^\s*(\d+) (\w+)\s+blackout\s+([\d.]+) ms\s+p99\s+([\d.]+) ms\s+max\s+([\d.]+) ms"
-                    r"\s+failed (\d+)\s+ops (\d+)\s+event (\d+) ms")
+                    r"\s+failed (\d+)\s+ops (\d+)\s+event ([\d/]+) ms")
 
 
 def upgrade_section(D):
@@ -439,8 +463,10 @@ def upgrade_section(D):
             seen.add(m.groups())
             keys, mode, bo, p99, mx, failed, ops, ev = m.groups()
             event = {"live": "signal → old process exit", "naive": "SIGTERM → new process answering"}
-            rows.append([f"{int(keys):,}", mode, bo, p99, mx, failed, ops,
-                         f"{ev} ({event[mode]})" if mode in event else "-"])
+            n = len(ev.split("/"))
+            rows.append([f"{int(keys):,}", mode if mode == "steady" else f"{mode} ({n} event{'s' * (n > 1)})",
+                         bo, p99, mx, failed, ops,
+                         f"{ev.replace('/', ' / ')} ({event[mode]})" if mode in event else "-"])
         if r.get("rc"):
             rows.append(["", f"bench-upgrade.sh exited {r['rc']}", "", "", "", "", "", ""])
     if not rows:
@@ -539,7 +565,7 @@ def plot_upgrade(D, plots, tmp):
                 ops, mx = bins.get(b, (0, 0))
                 o.write(f"{b / 10:.1f} {ops * 10} {max(mx, 1) / 1000:.3f}\n")
         blocks.append((keys, r["mode"], f, rep.get("blackout_start_ms", 0) / 1000,
-                       rep.get("blackout_ms", 0)))
+                       rep.get("blackout_ms", 0), r.get("events", 1)))
     if not blocks:
         return None
     blocks.sort(key=lambda b: (b[0], b[1] != "live"))
@@ -551,11 +577,15 @@ def plot_upgrade(D, plots, tmp):
     script += f"set multiplot layout {rows},{cols}\nset grid\nset ytics nomirror\nset y2tics\n"
     script += ("set ylabel 'ops/s (100 ms bins)'\nset y2label 'max latency ms (log)'\n"
                "set logscale y2\nset y2range [0.1:*]\nset key top left font ',8'\n")
-    for keys, mode, f, t_gap, gap_ms in blocks:
+    for keys, mode, f, t_gap, gap_ms, nev in blocks:
         name = "live upgrade (SIGUSR2)" if mode == "live" else "naive restart (SIGTERM, start)"
+        if nev > 1:
+            name = (f"{nev} live upgrades (SIGUSR2)" if mode == "live"
+                    else f"{nev} naive restarts (SIGTERM, start)")
         script += "unset arrow\n"
         script += f"set arrow from {t_gap}, graph 0 to {t_gap}, graph 1 nohead dt 3 lc rgb 'red'\n"
-        script += (f"set title \"{name}, {keys:,} keys: blackout {gap_ms:.0f} ms\"\n"
+        script += (f"set title \"{name}, {keys:,} keys: {'longest ' if nev > 1 else ''}blackout "
+                   f"{gap_ms:.0f} ms\"\n"
                    "set xlabel 'time since kvload start (s)'\n"
                    f"plot '{f}' using 1:2 with steps lw 1.5 title 'ops/s', '' using 1:3 axes x1y2 "
                    "with impulses lc rgb '#aa3333' title 'max latency'\n")
@@ -639,8 +669,15 @@ def report(d, md_path, plots):
     w(f"- One kvnode (`--arena_size 64 MiB --sync_writes=true`, RocksDB on the guest's "
       f"tmpfs so a synced write costs no disk), {c.get('keys', '?')} keys of 16 B "
       "preloaded per value size. kvload: ONE client (one QP, one thread), "
-      f"`--duration {c.get('duration_s', '?')}`, `--depth D` operations outstanding.\n"
-      "- Depth matching: a GET has at most one READ in flight (bucket, then the object "
+      f"`--depth D` operations outstanding, `--duration {c.get('duration_s', '?')}` for the "
+      f"depth-1 GET runs (latency headline, CDF) and {c.get('short_duration_s', c.get('duration_s', '?'))} s "
+      "for the others. "
+      + (f"kvload busy-polls its completion queue like perftest (`--spin {c['spin']}` idle "
+         "polls before it would block on a completion event, i.e. never within a run).\n"
+         if c.get("spin", 64) >= 1000000 else
+         f"kvload polls its completion queue `--spin {c.get('spin', 64)}` times, then blocks "
+         "on a completion event (perftest busy-polls): a wake-up is added to most depth-1 GETs.\n"))
+    w("- Depth matching: a GET has at most one READ in flight (bucket, then the object "
       "for heap values), so kvload at depth D has at most D READs outstanding on its "
       "QP; perftest runs `ib_read_bw -t D -o D` (D send-queue entries, D outstanding "
       "READs, one QP). `ib_read_lat` and `ib_send_lat` are ping-pong (depth 1) and "
@@ -720,11 +757,17 @@ def report(d, md_path, plots):
     up = upgrade_section(D)
     w("\n## Live upgrade against a naive restart\n")
     if up:
-        w("`deploy/bench-upgrade.sh` (issue 6) in this session, shortened to fit: key counts "
-          f"{', '.join(r.get('keys', '?') for r in D.runs if r['kind'] == 'upgrade_run')}, each run a 12 s kvload (workload A, 64 B, 4 clients, "
-          "depth 4, RocksDB not synced) with one event 4 s in; `steady` is the same load "
-          "undisturbed. Blackout = longest gap between completed operations. One run per "
-          "cell: no median here.\n")
+        ur = next((r for r in D.runs if r["kind"] == "upgrade_run"), {})
+        specs = ur.get("keys", "?").split()
+        desc = ", ".join(f"{int(k.split(':')[0]):,} keys with {k.split(':')[1] if ':' in k else 1} "
+                         "event(s) per run" for k in specs if k.split(":")[0].isdigit())
+        at = ur.get("at_s", 4)
+        w("`deploy/bench-upgrade.sh` (issue 6) in this session, shortened to fit: "
+          f"{desc}. Each run is a kvload (workload A, 64 B, 4 clients, depth 4, RocksDB not "
+          f"synced) with its first event {at} s in, each next one {at} s after the previous "
+          f"finished, and {at} s of load after the last (at least {ur.get('run_s', 12)} s in all); "
+          "`steady` is the same load undisturbed. Blackout = longest gap between completed "
+          "operations in the run (the worst of its events). One run per cell: no median here.\n")
         w(up + "\n")
     else:
         w("Not run in this session: `deploy/bench-upgrade.sh` (issue 6) was not in the tree.\n")
