@@ -89,6 +89,12 @@ DEFINE_int64(upgrade_owned_deadline_ms, 30000,
              "live upgrade: the new process must own RocksDB this long after HandOver");
 DEFINE_int64(upgrade_old_exit_deadline_ms, 30000,
              "live upgrade: the new process kills an old one still alive this long after Owned");
+DEFINE_int64(upgrade_write_pause_limit_ms, 20000,
+             "live upgrade: longest write pause; without Owned by then the old process rolls "
+             "back (its watchdog does it if the upgrade thread is stuck)");
+DEFINE_int64(upgrade_step_deadline_ms, 30000,
+             "live upgrade: deadline of the old process's steps that have none of their own "
+             "(memtable flush, RocksDB close); the watchdog rolls back 2 s after it");
 
 #ifndef KVNODE_VERSION
 #define KVNODE_VERSION "dev"
@@ -184,6 +190,8 @@ int main(int argc, char** argv) {
   uo.pause_deadline = absl::Milliseconds(FLAGS_upgrade_pause_deadline_ms);
   uo.owned_deadline = absl::Milliseconds(FLAGS_upgrade_owned_deadline_ms);
   uo.old_exit_deadline = absl::Milliseconds(FLAGS_upgrade_old_exit_deadline_ms);
+  uo.write_pause_limit = absl::Milliseconds(FLAGS_upgrade_write_pause_limit_ms);
+  uo.step_deadline = absl::Milliseconds(FLAGS_upgrade_step_deadline_ms);
   absl::StatusOr<std::string> binary = FLAGS_upgrade_binary.empty()
                                            ? up::ResolveStartBinary(start_argv[0])
                                            : up::CheckUpgradeBinary(FLAGS_upgrade_binary);

@@ -145,6 +145,7 @@ class ServerImpl {
   std::function<void(uint64_t)> on_move_ack_;
   std::function<std::vector<ExtraStat>()> extra_stats_;
   std::function<void()> before_deregister_;
+  std::function<bool()> shutdown_hook_;
 
   // Sockets and event loop.
   int listen_fd_ = -1;
@@ -536,6 +537,12 @@ void ServerImpl::OnSignal() {
     switch (si.ssi_signo) {
       case SIGTERM:
       case SIGINT:
+        if (shutdown_hook_ && shutdown_hook_()) {
+          LOG(INFO) << "signal " << strsignal(static_cast<int>(si.ssi_signo)) << " from pid "
+                    << si.ssi_pid << ": shutting down once the live upgrade has finished or "
+                    << "rolled back";
+          break;
+        }
         LOG(INFO) << "signal " << strsignal(static_cast<int>(si.ssi_signo)) << " from pid "
                   << si.ssi_pid << ": shutting down";
         shutdown_requested_.store(true);
@@ -1166,6 +1173,9 @@ void Server::SetExtraStats(std::function<std::vector<ExtraStat>()> f) {
 }
 void Server::SetBeforeDeregister(std::function<void()> f) {
   impl_->before_deregister_ = std::move(f);
+}
+void Server::SetShutdownHook(std::function<bool()> hook) {
+  impl_->shutdown_hook_ = std::move(hook);
 }
 absl::Status Server::Run() { return impl_->Run(); }
 void Server::RequestShutdown() {

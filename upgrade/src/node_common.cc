@@ -19,8 +19,10 @@ constexpr char kLastPrefix[] = "upgrade.last_us.";
 absl::Status NodeUpgradeOptions::Validate() const {
   if (argv.empty()) return absl::InvalidArgumentError("upgrade: no argv to restart with");
   if (shm_name.empty()) return absl::InvalidArgumentError("upgrade: no shm name");
-  for (absl::Duration d : {exec_deadline, hello_deadline, ready_deadline, pause_deadline,
-                           owned_deadline, move_deadline, handover_deadline, old_exit_deadline}) {
+  for (absl::Duration d :
+       {exec_deadline, hello_deadline, ready_deadline, pause_deadline, owned_deadline,
+        move_deadline, handover_deadline, old_exit_deadline, step_deadline, write_pause_limit,
+        watchdog_grace, watchdog_rollback_deadline}) {
     if (d <= absl::ZeroDuration()) return absl::InvalidArgumentError("upgrade: deadline <= 0");
   }
   return compat.Validate();
@@ -46,6 +48,10 @@ const char* UpgradeMetrics::Name(Count c) {
       return "old_killed";
     case kIncompatibleRefused:
       return "incompatible_refused";
+    case kWatchdogRollbacks:
+      return "watchdog_rollbacks";
+    case kCanceled:
+      return "canceled";
     case kCountEnd:
       break;
   }
@@ -101,6 +107,8 @@ std::vector<server::ExtraStat> UpgradeMetrics::Render() const {
   counter(kTakeoversAlone, "Takeovers from an old process that died before HandOver.");
   counter(kOldKilled, "Old processes killed for overrunning their exit deadline.");
   counter(kIncompatibleRefused, "New binaries refused as incompatible.");
+  counter(kWatchdogRollbacks, "Upgrades rolled back by the old process's watchdog (stuck step).");
+  counter(kCanceled, "Upgrades canceled by SIGTERM/SIGINT before the point of no return.");
   absl::MutexLock l(&mu_);
   for (const auto& [k, v] : last_us_) {
     out.push_back(server::ExtraStat{"upgrade_last_phase_seconds", absl::StrCat("phase=\"", k, "\""),

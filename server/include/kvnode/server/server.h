@@ -138,6 +138,10 @@ class Server {
   // Before shutdown: runs at shutdown after every session is drained and
   // destroyed, before the MRs are deregistered (the upgrade's o_dereg phase).
   void SetBeforeDeregister(std::function<void()> f);
+  // Before Run(): called on the control thread for SIGTERM/SIGINT. Returning
+  // true defers the shutdown: the hook's owner calls RequestShutdown() once
+  // it is safe (an upgrade in progress finishes or rolls back first).
+  void SetShutdownHook(std::function<bool()> hook);
 
  private:
   explicit Server(std::unique_ptr<ServerImpl> impl);

@@ -75,6 +75,21 @@ struct NodeUpgradeOptions {
   // N, after Owned: O must have said Gone and exited by then, else N
   // SIGKILLs it (its clients then reconnect to N). Default 30 s.
   absl::Duration old_exit_deadline = absl::Seconds(30);
+  // O: steps of the upgrade thread without a deadline of their own (the
+  // memtable pre-flush, closing RocksDB, calls onto the control thread).
+  // Default 30 s.
+  absl::Duration step_deadline = absl::Seconds(30);
+  // O: longest write pause. Every wait after the pause is cut to it; without
+  // Owned by then O rolls back and resumes writes. Default 20 s.
+  absl::Duration write_pause_limit = absl::Seconds(20);
+  // O's watchdog: fires when the upgrade thread is this long past the
+  // deadline of its current step (before Owned), and rolls back in its place.
+  // Default 2 s.
+  absl::Duration watchdog_grace = absl::Seconds(2);
+  // A watchdog rollback not done by then (e.g. RocksDB's close hangs): O exits
+  // with kWatchdogExitCode, so that N, if alive, or a restart takes over.
+  // Default 20 s.
+  absl::Duration watchdog_rollback_deadline = absl::Seconds(20);
 
   [[nodiscard]] absl::Status Validate() const;
 };
@@ -94,6 +109,8 @@ class UpgradeMetrics {
     kTakeoversAlone,       // N took over from an O that died before HandOver
     kOldKilled,            // N killed an O that overran old_exit_deadline
     kIncompatibleRefused,  // N refused the header (rolled back)
+    kWatchdogRollbacks,    // O's watchdog rolled back for a stuck upgrade thread
+    kCanceled,             // upgrades canceled by SIGTERM/SIGINT (rolled back)
     kCountEnd,
   };
   static const char* Name(Count c);
@@ -116,6 +133,9 @@ class UpgradeMetrics {
   mutable absl::Mutex mu_;
   std::map<std::string, uint64_t> last_us_ ABSL_GUARDED_BY(mu_);
 };
+
+// Exit code of an old process whose watchdog could not roll back in time.
+inline constexpr int kWatchdogExitCode = 5;
 
 // Compat of this build (storage's layout constants), with
 // --upgrade_test_incompatible applied when `test_incompatible` is not empty.
@@ -144,9 +164,20 @@ class OldSide {
  private:
   struct Attempt;
   void OnRequest(std::optional<std::string> binary, std::function<void(std::string)> reply);
-  void RunUpgrade(std::string binary);
-  absl::Status Handoff(Attempt& a);
-  void Rollback(Attempt& a, const absl::Status& why);
+  void RunUpgrade(std::shared_ptr<Attempt> a);
+  absl::Status Handoff(std::shared_ptr<Attempt> ap);
+  // Undoes whatever the attempt did before Owned. By the upgrade thread, or
+  // by the watchdog when that thread is stuck (then the order of the steps
+  // changes so that N can still take over if O has to exit).
+  void Rollback(Attempt& a, const absl::Status& why, bool by_watchdog);
+  // One per attempt: fires when the upgrade thread overruns the deadline of
+  // its current step, rolls back in its place (bounded), or exits.
+  void Watchdog(std::shared_ptr<Attempt> a);
+  // SIGTERM/SIGINT on the control thread (Server::SetShutdownHook).
+  bool OnShutdownSignal();
+  // Joins the threads of a finished attempt; detaches an abandoned (stuck)
+  // upgrade thread instead.
+  void ReapThreads();
 
   server::Server* const server_;
   const NodeUpgradeOptions options_;
@@ -154,8 +185,12 @@ class OldSide {
   std::atomic<bool> busy_{false};
   std::atomic<bool> handed_off_{false};
   std::thread thread_;
+  std::thread watchdog_;
+  absl::Mutex mu_;
+  // The current or last attempt (shared with its threads).
+  std::shared_ptr<Attempt> current_ ABSL_GUARDED_BY(mu_);
   // Valid once handed off; used by FinishAfterRun.
-  std::unique_ptr<Attempt> done_;
+  std::shared_ptr<Attempt> done_;
 };
 
 // What main() keeps after TakeOver: waits for O's Gone and exit in the
