@@ -20,7 +20,7 @@
 //   N: AttachLive()          maps the arena, validates it, reads nothing else;
 //                            N can register it and serve Get from the arena.
 //   O: FlushDb()             optional pre-flush while still serving writes
-//   O: CloseDbForHandoff()   stops writes, flushes and closes RocksDB; the arena
+//   O: CloseDbForHandoff()   stops writes, closes RocksDB (no flush); the arena
 //                            stays mapped, readable and NOT marked clean or lost
 //   N: OpenDb()              opens RocksDB, checks the generations agree, and
 //                            becomes the writer
@@ -129,6 +129,12 @@ class Store {
   // arena or (re)builds one from RocksDB. An arena of another user, or with
   // group/other permissions, is an error (never rebuilt over).
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<Store>> Open(const StoreOptions& options);
+  // Runs RocksDB's open, WAL-replay, write and read paths once on a small
+  // in-memory database (rocksdb::NewMemEnv; no file is touched), so that a
+  // later OpenDb() pays no first-use costs: code paged in, lazy static state
+  // and thread pools initialised (under emulation, code translated). Live
+  // upgrade, new side, before it says Ready.
+  [[nodiscard]] static absl::Status WarmUpDbCode();
   // Live upgrade, new side: maps the existing arena only (O(1), no data read).
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<Store>> AttachLive(
       const StoreOptions& options);
@@ -144,7 +150,8 @@ class Store {
   // Flushes the memtable (makes the next open fast).
   [[nodiscard]] absl::Status FlushDb();
   // Live upgrade, old side: waits for in-flight writes, refuses new ones,
-  // flushes and closes RocksDB. The arena stays mapped and readable.
+  // closes RocksDB without a flush (FlushDb before, while writes flow; the
+  // rest is in the WAL). The arena stays mapped and readable.
   [[nodiscard]] absl::Status CloseDbForHandoff();
   // Old side, after a handoff that failed before the new side opened the DB.
   [[nodiscard]] absl::Status ReopenDbAfterFailedHandoff();
