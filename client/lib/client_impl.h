@@ -114,6 +114,7 @@ struct Session {
   SessionState state = SessionState::kConnecting;
   absl::Time step_deadline;  // the current step fails (or gives up) then
   bool for_move = false;     // handshake started by a Move (not a reconnect)
+  bool first = false;        // Connect()'s: every wait bounded by connect_timeout
   proto::Welcome welcome;
   std::optional<storage::Geometry> geometry;  // nullopt: no READ fast path
 
@@ -251,6 +252,8 @@ class Client::Impl {
   // Blocking teardown for Close(): drain with a deadline, destroy.
   void DestroySession(std::unique_ptr<Session>& holder, bool say_goodbye);
   bool SideFree() const { return !side_in_use_[0] || !side_in_use_[1]; }
+  // How long a handshake step waits for the server's Welcome or Ready.
+  absl::Duration AnswerWait(const Session* s) const;
 
   // --- datapath.cc -------------------------------------------------------------
   int PollCq();

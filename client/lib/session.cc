@@ -101,6 +101,7 @@ void Client::Impl::StartHandshake(const std::string& endpoint, bool for_move, ab
   s->epoch = next_epoch_++;
   s->endpoint = endpoint;
   s->for_move = for_move;
+  s->first = stats_.sessions == 0;  // Connect()'s attempt
   s->side = side_in_use_[0] ? 1 : 0;
   side_in_use_[s->side] = true;
   s->state = SessionState::kConnecting;
@@ -113,6 +114,16 @@ void Client::Impl::StartHandshake(const std::string& endpoint, bool for_move, ab
   }
   pending_->fd = *std::move(fd);
   StepHandshake(now);  // a connect to localhost may be done already
+}
+
+absl::Duration Client::Impl::AnswerWait(const Session* s) const {
+  // Connect() notices a dead or hung server within connect_timeout. A
+  // reconnection or Move has its ops' deadlines as the real bound: once the
+  // server holds our Hello, a fresh connection would only queue behind the
+  // abandoned one (a node still starting accepts them all, in order), and a
+  // server that dies closes the connection, which fails the step at once.
+  return s->first ? options_.connect_timeout
+                  : std::max(options_.connect_timeout, options_.op_timeout);
 }
 
 void Client::Impl::StepHandshake(absl::Time now) {
@@ -152,7 +163,7 @@ absl::Status Client::Impl::SendHello(Session* s, absl::Time now) {
     return absl::UnavailableError(absl::StrCat("send Hello to ", s->endpoint, ": ", st.message()));
   }
   s->state = SessionState::kAwaitWelcome;
-  s->step_deadline = now + options_.connect_timeout;
+  s->step_deadline = now + AnswerWait(s);
   return absl::OkStatus();
 }
 
@@ -174,7 +185,7 @@ absl::Status Client::Impl::StepReceive(Session* s, absl::Time now) {
     if (now >= s->step_deadline) {
       return absl::UnavailableError(absl::StrCat("waiting for ", waiting_for, " from ", s->endpoint,
                                                  ": nothing within ",
-                                                 absl::FormatDuration(options_.connect_timeout)));
+                                                 absl::FormatDuration(AnswerWait(s))));
     }
     return absl::OkStatus();
   }
@@ -249,7 +260,7 @@ absl::Status Client::Impl::OnWelcome(Session* s, const proto::Welcome& w) {
   }
   s->state = SessionState::kAwaitReady;
   // Local setup is not the server's time.
-  s->step_deadline = absl::Now() + options_.connect_timeout;
+  s->step_deadline = absl::Now() + AnswerWait(s);
   return absl::OkStatus();
 }
 

@@ -84,6 +84,9 @@ struct ClientOptions {
   absl::Duration op_timeout = absl::Seconds(5);
   // Bound on each wait for the server during a handshake (TCP connect,
   // Welcome, Ready). Default 800 ms: a dead or hung server is noticed in < 1 s.
+  // When reconnecting or moving, Welcome and Ready are awaited up to
+  // max(connect_timeout, op_timeout): a connection the server has accepted
+  // is not abandoned for a new one that would queue behind it.
   absl::Duration connect_timeout = absl::Milliseconds(800);
   // Torn/racing READs retried before a GET falls back to RPC. Default 8.
   uint32_t max_read_retries = 8;
