@@ -587,8 +587,10 @@ def plot_upgrade(D, plots, tmp):
         script += (f"set title \"{name}, {keys:,} keys: {'longest ' if nev > 1 else ''}blackout "
                    f"{gap_ms:.0f} ms\"\n"
                    "set xlabel 'time since kvload start (s)'\n"
-                   f"plot '{f}' using 1:2 with steps lw 1.5 title 'ops/s', '' using 1:3 axes x1y2 "
-                   "with impulses lc rgb '#aa3333' title 'max latency'\n")
+                   # latency first (light), so the ops/s line stays visible on top
+                   f"plot '{f}' using 1:3 axes x1y2 with impulses lc rgb '#e8b0b0' "
+                   "title 'max latency', '' using 1:2 with steps lw 1.5 lc rgb '#1f4fbf' "
+                   "title 'ops/s'\n")
     script += "unset multiplot\n"
     return out if gnuplot(script, tmp) else None
 
