@@ -51,6 +51,9 @@ if grep -q '(Skipped)' build/device.log; then
   exit 1
 fi
 
+echo "== fuzzing (every libFuzzer target for a few seconds; clang build in build-fuzz/)"
+deploy/fuzz.sh
+
 summary() { # LOG -> "passed failed"
   sed -nE 's/.*tests passed, ([0-9]+) tests failed out of ([0-9]+).*/\2 \1/p' "$1" | tail -1
 }
