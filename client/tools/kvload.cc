@@ -68,9 +68,9 @@ DEFINE_string(latency_cdf, "",
               "fraction = share of GETs at or below latency_us), for plots");
 DEFINE_uint64(seed, 1, "random seed");
 DEFINE_uint32(timeout_ms, 10000, "deadline of each operation");
-DEFINE_uint32(connect_timeout_ms, 800,
-              "bound on each wait for the node while (re)connecting (a dead node is noticed "
-              "within it)");
+DEFINE_uint32(connect_timeout_ms, 5000,
+              "bound on each wait for the node while (re)connecting (a node that died closes "
+              "the connection and is noticed at once; this bounds a hung or very busy one)");
 DEFINE_bool(progress, true, "print a progress line to stderr every second");
 DEFINE_bool(rpc_get, false, "GET by RPC instead of RDMA READ");
 DEFINE_uint32(spin, 64, "idle polls before a thread blocks on its clients' events");
