@@ -56,15 +56,21 @@ if [[ $mode == --inner ]]; then
       sleep 0.05 # polling a condition (the node answers)
     done
   }
-  load() { # load NAME [extra kvload flags]
+  # kvload_cmd NAME [extra kvload flags]: sets cmd (the kvload command line).
+  kvload_cmd() {
     local name=$1
     shift
-    "$kvload" --server "127.0.0.1:$port" --auth_token_file "$token" --workload A \
-      --keys "$keys" --value_size 64 --clients 4 --threads 2 --depth 4 --seed 7 \
-      --connect_timeout_ms 5000 --timeout_ms 120000 --progress=false \
-      --report "$dir/$name.json" "$@" >"$dir/$name.log" 2>&1
+    cmd=("$kvload" --server "127.0.0.1:$port" --auth_token_file "$token" --workload A
+      --keys "$keys" --value_size 64 --clients 4 --threads 2 --depth 4 --seed 7
+      --connect_timeout_ms 5000 --timeout_ms 120000 --progress=false
+      --report "$dir/$name.json" "$@")
+  }
+  load() { # load NAME [extra kvload flags]
+    kvload_cmd "$@"
+    "${cmd[@]}" >"$dir/$1.log" 2>&1
   }
   row() { # row KEYS NAME EVENT_MS[/EVENT_MS...]
+    [[ -s $dir/$2.json ]] || { echo "$1 $2: no kvload report ($(tail -n 2 "$dir/$2.log" | tr '\n' ' '))"; return 0; }
     python3 - "$dir/$2.json" "$1" "$2" "$3" <<'PY' | tee -a "$results"
 import json, sys
 r = json.load(open(sys.argv[1]))
@@ -106,8 +112,10 @@ PY
   # events_run NAME live|naive: kvload under the event schedule; sets ev_ms.
   events_run() {
     local name=$1 kind=$2 lp i t_start
+    local -a cmd
     t_start=$(date +%s)
-    load "$name" --duration 100000 &
+    kvload_cmd "$name" --duration 100000
+    "${cmd[@]}" >"$dir/$name.log" 2>&1 & # kvload itself, so that $! is its pid
     lp=$!
     ev_ms=""
     sleep "$at_s" # the benchmark's schedule: steady load before the first event
@@ -125,6 +133,7 @@ PY
     events=$events_default
     [[ $spec == *:* ]] && events=${spec#*:}
     dir=$(mktemp -d /tmp/bench-upgrade.XXXXXX)
+    echo "$events" >"$dir/events.txt" # for deploy/bench-all.sh's plot titles
     token="$dir/token"
     (umask 077 && head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$token")
     admin="$dir/admin/admin.sock"
