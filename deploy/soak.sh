@@ -219,6 +219,19 @@ steady() {
   [[ $S_MR == "$B_MR" ]] || why+=" mr"
   [[ $S_TQP == "$B_TQP" ]] || why+=" all_qp"
   [[ $S_TMR == "$B_TMR" ]] || why+=" all_mr"
+  # The first process was started by this script (a cold start, holding what its
+  # launcher leaked into it, e.g. ctest's log file); every later one by its
+  # predecessor. So the fd baseline is taken again, once, from the first upgraded
+  # process: when everything else is steady and its count held for two checks.
+  if [[ $KV_PID != "$B_FD_PID" && -z $B_FD_UPGRADED ]]; then
+    if [[ -z $why && $S_FD == "${B_FD_CAND:-}" ]]; then
+      B_FD=$S_FD B_FDS=$(fd_list "$KV_PID") B_FD_UPGRADED=1
+      kv_log "fd baseline of the upgraded processes: $B_FD (the first process had $B_FD0)"
+    else
+      B_FD_CAND=$S_FD
+      why+=" fd_settle"
+    fi
+  fi
   [[ $S_FD == "$B_FD" ]] || why+=" fd"
   [[ $S_FOREIGN == 0 ]] || why+=" foreign"
   [[ -z $S_CHILD ]] || why+=" child"
@@ -369,6 +382,7 @@ kv_wait_for 120 kv_stat_at_least ops_put $((keys + 1000)) || soak_fail "no load 
 check_load "$KV_DIR/kvload.log" "$load_pid" kvload
 snapshot
 B_QP=$S_QP B_MR=$S_MR B_TQP=$S_TQP B_TMR=$S_TMR B_FD=$S_FD B_RSS=$S_RSS B_SHM=$S_SHM
+B_FD0=$S_FD B_FD_PID=$KV_PID B_FD_UPGRADED="" B_FD_CAND=""
 B_FDS=$(fd_list "$KV_PID")
 [[ -z $S_CHILD ]] || soak_fail "node has children before the first upgrade: $S_CHILD"
 kv_log "steady state: $(state_line), shm: $B_SHM"
