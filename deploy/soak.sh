@@ -226,7 +226,6 @@ steady() {
   if [[ $KV_PID != "$B_FD_PID" && -z $B_FD_UPGRADED ]]; then
     if [[ -z $why && $S_FD == "${B_FD_CAND:-}" ]]; then
       B_FD=$S_FD B_FDS=$(fd_list "$KV_PID") B_FD_UPGRADED=1
-      kv_log "fd baseline of the upgraded processes: $B_FD (the first process had $B_FD0)"
     else
       B_FD_CAND=$S_FD
       why+=" fd_settle"
@@ -382,7 +381,7 @@ kv_wait_for 120 kv_stat_at_least ops_put $((keys + 1000)) || soak_fail "no load 
 check_load "$KV_DIR/kvload.log" "$load_pid" kvload
 snapshot
 B_QP=$S_QP B_MR=$S_MR B_TQP=$S_TQP B_TMR=$S_TMR B_FD=$S_FD B_RSS=$S_RSS B_SHM=$S_SHM
-B_FD0=$S_FD B_FD_PID=$KV_PID B_FD_UPGRADED="" B_FD_CAND=""
+B_FD_PID=$KV_PID B_FD_UPGRADED="" B_FD_CAND=""
 B_FDS=$(fd_list "$KV_PID")
 [[ -z $S_CHILD ]] || soak_fail "node has children before the first upgrade: $S_CHILD"
 kv_log "steady state: $(state_line), shm: $B_SHM"
