@@ -34,7 +34,7 @@ while (($#)); do
 done
 
 build=${KVNODE_FUZZ_BUILD:-build-fuzz}
-targets=(control rpc handoff handoff_header geometry object read_path ack_log)
+targets=(control rpc handoff handoff_header geometry object read_path ack_log dedupe_record)
 ((${#only[@]})) && targets=("${only[@]}")
 
 for t in "${targets[@]}"; do

@@ -47,12 +47,14 @@ case $target in
     lib=load; srcs="client/src/load/ack_log.cc client/src/load/histogram.cc"
     srcs+=" client/src/load/report.cc client/src/load/verify.cc client/src/load/workload.cc"
     report=client/src/load/ack_log.cc ;;
+  dedupe_record)
+    lib=server; srcs="server/src/dedupe.cc"; report=server/src/dedupe.cc ;;
   *) echo "coverage.sh: no decoder known for $target" >&2; exit 2 ;;
 esac
 
 cxx=(clang++ -std=c++20 -O0 -fprofile-instr-generate -fcoverage-mapping
      -DGLOG_CUSTOM_PREFIX_SUPPORT -I"$M/client/include" -I"$M/storage/include"
-     -I"$M/upgrade/include" -I"$M/upgrade/src")
+     -I"$M/upgrade/include" -I"$M/upgrade/src" -I"$M/server/include")
 mkdir -p "$out/obj/$lib"
 objs=()
 for s in $srcs; do

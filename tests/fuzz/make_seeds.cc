@@ -9,12 +9,14 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
 #include "kvnode/client/load/ack_log.h"
 #include "kvnode/proto/control.h"
 #include "kvnode/proto/rpc.h"
+#include "kvnode/server/dedupe.h"
 #include "kvnode/storage/read_path.h"
 #include "kvnode/upgrade/header.h"
 #include "kvnode/upgrade/messages.h"
@@ -92,21 +94,36 @@ void Control() {
       {"goodbye", Goodbye{GoodbyeReason::kMoveTimeout, "move not acknowledged"}},
       {"error", Error{ErrorCode::kAuthFailed, "bad token"}},
   };
+  // control_fuzz.cc's input: eight u16 cut values, then the stream.
+  auto cuts = [](std::initializer_list<uint16_t> values) {
+    std::string p(16, '\0');
+    size_t i = 0;
+    for (uint16_t v : values) {
+      p[2 * i] = static_cast<char>(v & 0xff);
+      p[2 * i + 1] = static_cast<char>(v >> 8);
+      ++i;
+    }
+    return p;
+  };
+  // Inside the header and right after it (the payload arrives on its own).
+  const std::string in_header = cuts({5, 12, 5, 12, 5, 12, 5, 12});
   std::string stream;
   for (const auto& [name, m] : msgs) {
     std::string frame;
     Ok(EncodeControl(m, &frame), name);
-    Write("control", name, frame);
+    Write("control", name, in_header + frame);
     stream += frame;
   }
-  Write("control", "stream_all", stream);
+  // Whole frames per read; then cuts at every kind of place across frames.
+  Write("control", "stream_all", cuts({}) + stream);
+  Write("control", "stream_all_cut", cuts({1, 11, 12, 13, 0xffff, 7, 100, 0x7fff}) + stream);
   std::string e;
   Ok(EncodeControl(Error{ErrorCode::kUnsupportedVersion, "v9"}, &e, 9), "error_v9");
-  Write("control", "error_v9", e);
+  Write("control", "error_v9", in_header + e);
   std::string h;
   Ok(EncodeControl(Hello{}, &h), "hello_empty");
-  Write("control", "truncated_hello", std::string_view(h).substr(0, h.size() - 1));
-  Write("control", "header_only", std::string_view(h).substr(0, kFrameHeaderSize));
+  Write("control", "truncated_hello", in_header + h.substr(0, h.size() - 1));
+  Write("control", "header_only", in_header + h.substr(0, kFrameHeaderSize));
 }
 
 // ---- rpc ----
@@ -414,6 +431,81 @@ void AckLogSeeds() {
   Write("ack_log", "corrupt_first", Flag(0, corrupt));
 }
 
+// ---- dedupe_record ----
+// dedupe_record_fuzz.cc's input: u8 flags, u8 key length, key, record.
+void DedupeRecordSeeds() {
+  using namespace server;
+  using proto::Opcode;
+  using proto::RpcStatus;
+  const uint64_t id = 0x00c0ffee12345678;
+  const std::string key = ClientRecordKey(id);
+  auto input = [](uint8_t flags, std::string_view k, std::string_view rec) {
+    return std::string(1, static_cast<char>(flags)) + std::string(1, static_cast<char>(k.size())) +
+           std::string(k) + std::string(rec);
+  };
+  auto entry = [](uint64_t seq, Opcode op, RpcStatus st, uint64_t version) {
+    return DedupeEntry{seq, static_cast<uint8_t>(op), static_cast<uint8_t>(st), version};
+  };
+  const uint64_t now = 1'796'000'000'000;  // 2026-11, ms
+
+  // A first write: one entry, no floor.
+  DedupeWindow w(1024);
+  const DedupeEntry first = entry(1, Opcode::kPut, RpcStatus::kOk, 5);
+  const std::string one = EncodeClientRecord(PersistedSnapshot(id, w, first, 8, now));
+  Write("dedupe_record", "one_put", input(0, key, one));
+  Write("dedupe_record", "one_put_fix_cap1", input(1 | (0 << 1), key, one));
+  // 20 writes of every definitive answer, the newest 8 kept (the default
+  // --rpc_credits) and a floor over the 12 others.
+  w.Record(first);
+  for (uint64_t seq = 2; seq <= 20; ++seq) {
+    const Opcode op = seq % 3 == 0 ? Opcode::kDelete : Opcode::kPut;
+    const RpcStatus st = seq % 5 == 0   ? RpcStatus::kRejected
+                         : seq % 3 == 0 ? RpcStatus::kNotFound
+                                        : RpcStatus::kOk;
+    w.Record(entry(seq, op, st, op == Opcode::kPut ? 100 + seq : 0));
+  }
+  const std::string eight = EncodeClientRecord(
+      PersistedSnapshot(id, w, entry(21, Opcode::kPut, RpcStatus::kOk, 121), 8, now));
+  Write("dedupe_record", "eight_floor", input(0, key, eight));
+  Write("dedupe_record", "eight_floor_fix_cap4", input(1 | (3 << 1), key, eight));
+  // A window past its capacity (floor from Record's own forgetting).
+  DedupeWindow small(4);
+  for (uint64_t seq = 100; seq < 110; ++seq) {
+    small.Record(entry(seq, Opcode::kPut, RpcStatus::kOk, seq));
+  }
+  const std::string wrapped = EncodeClientRecord(
+      PersistedSnapshot(id, small, entry(200, Opcode::kDelete, RpcStatus::kOk, 0), 8, now));
+  Write("dedupe_record", "wrapped", input(0, key, wrapped));
+  // No entries, only a floor; and nothing at all.
+  PersistedClient bare;
+  bare.client_id = id;
+  bare.written_unix_ms = now;
+  const std::string empty = EncodeClientRecord(bare);
+  Write("dedupe_record", "empty", input(0, key, empty));
+  bare.window.has_floor = true;
+  bare.window.floor = 99;
+  Write("dedupe_record", "floor_only", input(0, key, EncodeClientRecord(bare)));
+  // 200 entries (3,620 bytes: inside libFuzzer's default 4,096-byte inputs).
+  DedupeWindow big(1024);
+  for (uint64_t seq = 1; seq <= 200; ++seq) {
+    big.Record(entry(seq * 7, Opcode::kPut, RpcStatus::kOk, seq));
+  }
+  const std::string many = EncodeClientRecord(
+      PersistedSnapshot(id, big, entry(2000, Opcode::kPut, RpcStatus::kOk, 1), 200, now));
+  Write("dedupe_record", "many_200", input(1 | (15 << 1), key, many));
+  // Truncated and torn: one byte short, one entry short (count not matching),
+  // the header alone, less than a header.
+  Write("dedupe_record", "cut_byte",
+        input(0, key, std::string_view(eight).substr(0, eight.size() - 1)));
+  Write("dedupe_record", "cut_entry",
+        input(0, key, std::string_view(eight).substr(0, eight.size() - 18)));
+  Write("dedupe_record", "cut_header_only", input(0, key, std::string_view(eight).substr(0, 20)));
+  Write("dedupe_record", "cut_short", input(0, key, std::string_view(eight).substr(0, 19)));
+  // Keys that are not a client record's.
+  Write("dedupe_record", "key_upper_hex", input(0, "dedupe/00C0FFEE12345678", one));
+  Write("dedupe_record", "key_zero", input(0, ClientRecordKey(0), one));
+}
+
 }  // namespace
 }  // namespace kvnode::fuzz
 
@@ -432,6 +524,7 @@ int main(int argc, char** argv) {
   ObjectSeeds();
   ReadPathSeeds();
   AckLogSeeds();
+  DedupeRecordSeeds();
   std::printf("make_seeds: wrote %d files under %s\n", g_files, argv[1]);
   return 0;
 }
