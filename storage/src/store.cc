@@ -315,16 +315,21 @@ absl::StatusOr<std::unique_ptr<Store>> Store::AttachLive(const StoreOptions& opt
   return store;
 }
 
-absl::Status Store::OpenDb() {
-  absl::MutexLock w(&write_mu_);
-  absl::MutexLock d(&db_mu_);
+absl::StatusOr<uint64_t> Store::OpenRocksDbAgain() {
   if (db_ != nullptr) return absl::FailedPreconditionError("database already open");
   if (closed_) return absl::FailedPreconditionError("store closed");
   if (absl::Status s = OpenRocksDb(); !s.ok()) return s;
   std::string v;
-  uint64_t db_gen = 0;
   rocksdb::Status rs = db_->Get(rocksdb::ReadOptions(), cfs_[1], kGenerationKey, &v);
-  if (rs.ok() && v.size() == 8) db_gen = LoadU64(v.data());
+  return rs.ok() && v.size() == 8 ? LoadU64(v.data()) : 0;
+}
+
+absl::Status Store::OpenDb() {
+  absl::MutexLock w(&write_mu_);
+  absl::MutexLock d(&db_mu_);
+  absl::StatusOr<uint64_t> opened = OpenRocksDbAgain();
+  if (!opened.ok()) return opened.status();
+  const uint64_t db_gen = *opened;
   const uint64_t gen = HeaderWord(arena_->header()->generation).load();
   if (gen != db_gen) {
     CloseRocksDb();
@@ -363,14 +368,9 @@ absl::Status Store::CloseDbForHandoff() {
 absl::Status Store::ReopenDbAfterFailedHandoff() {
   absl::MutexLock w(&write_mu_);
   absl::MutexLock d(&db_mu_);
-  if (db_ != nullptr) return absl::FailedPreconditionError("database already open");
-  if (closed_) return absl::FailedPreconditionError("store closed");
-  if (absl::Status s = OpenRocksDb(); !s.ok()) return s;
-  std::string v;
-  uint64_t db_gen = 0;
-  rocksdb::Status rs = db_->Get(rocksdb::ReadOptions(), cfs_[1], kGenerationKey, &v);
-  if (rs.ok() && v.size() == 8) db_gen = LoadU64(v.data());
-  if (db_gen != HeaderWord(arena_->header()->generation).load()) {
+  absl::StatusOr<uint64_t> db_gen = OpenRocksDbAgain();
+  if (!db_gen.ok()) return db_gen.status();
+  if (*db_gen != HeaderWord(arena_->header()->generation).load()) {
     CloseRocksDb();
     return absl::FailedPreconditionError(
         "another process took over the database since the handoff; not resuming");
@@ -415,6 +415,19 @@ absl::StatusOr<bool> Store::ReadFromDb(std::string_view key, GetResult* out) {
   return true;
 }
 
+// Whether a PUT/DELETE of `key` finds it stored: resident in the arena, or
+// (when the index cannot rule it out) in RocksDB. The answer decides the
+// index's live count and goes into the dedupe side record.
+absl::StatusOr<bool> Store::ExistsForWrite(std::string_view key) {
+  if (db_ == nullptr) {
+    return absl::FailedPreconditionError("not the writer: database not open in this process");
+  }
+  const IndexWriter::Probe p = index_->Find(key);
+  if (p.resident_slot != 0) return true;
+  if (!p.maybe_nonresident()) return false;
+  return DbContains(key);
+}
+
 absl::StatusOr<uint64_t> Store::Put(std::string_view key, std::string_view value,
                                     const SideRecord* side) {
   if (absl::Status s = CheckKey(key); !s.ok()) return s;
@@ -424,16 +437,9 @@ absl::StatusOr<uint64_t> Store::Put(std::string_view key, std::string_view value
   }
   absl::MutexLock w(&write_mu_);
   absl::ReaderMutexLock d(&db_mu_);
-  if (db_ == nullptr) {
-    return absl::FailedPreconditionError("not the writer: database not open in this process");
-  }
-  const IndexWriter::Probe p = index_->Find(key);
-  bool existed = p.resident_slot != 0;
-  if (!existed && p.maybe_nonresident()) {
-    absl::StatusOr<bool> has = DbContains(key);
-    if (!has.ok()) return has.status();
-    existed = *has;
-  }
+  absl::StatusOr<bool> has = ExistsForWrite(key);
+  if (!has.ok()) return has.status();
+  const bool existed = *has;
   const uint64_t version = last_version_ + 1;
   std::string record = U64(version);
   record.append(value.data(), value.size());
@@ -459,16 +465,9 @@ absl::Status Store::Delete(std::string_view key, const SideRecord* side) {
   if (absl::Status s = CheckKey(key); !s.ok()) return s;
   absl::MutexLock w(&write_mu_);
   absl::ReaderMutexLock d(&db_mu_);
-  if (db_ == nullptr) {
-    return absl::FailedPreconditionError("not the writer: database not open in this process");
-  }
-  const IndexWriter::Probe p = index_->Find(key);
-  bool existed = p.resident_slot != 0;
-  if (!existed && p.maybe_nonresident()) {
-    absl::StatusOr<bool> has = DbContains(key);
-    if (!has.ok()) return has.status();
-    existed = *has;
-  }
+  absl::StatusOr<bool> has = ExistsForWrite(key);
+  if (!has.ok()) return has.status();
+  const bool existed = *has;
   rocksdb::WriteBatch batch;
   batch.Delete(cfs_[0], rocksdb::Slice(key.data(), key.size()));
   if (side != nullptr) {

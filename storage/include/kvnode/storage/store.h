@@ -197,9 +197,14 @@ class Store {
   explicit Store(const StoreOptions& options);
   absl::Status OpenRocksDb() ABSL_EXCLUSIVE_LOCKS_REQUIRED(db_mu_);
   void CloseRocksDb() ABSL_EXCLUSIVE_LOCKS_REQUIRED(db_mu_);
+  // OpenRocksDb in a store that has its arena (OpenDb, ReopenDbAfterFailedHandoff);
+  // returns the generation the database records (0: none).
+  absl::StatusOr<uint64_t> OpenRocksDbAgain() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_, db_mu_);
   absl::Status Rebuild() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_, db_mu_);
   absl::Status Claim() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_, db_mu_);
   absl::StatusOr<bool> DbContains(std::string_view key) ABSL_SHARED_LOCKS_REQUIRED(db_mu_);
+  absl::StatusOr<bool> ExistsForWrite(std::string_view key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_)
+      ABSL_SHARED_LOCKS_REQUIRED(db_mu_);
   absl::StatusOr<bool> ReadFromDb(std::string_view key, GetResult* out)
       ABSL_SHARED_LOCKS_REQUIRED(db_mu_);
   void Promote(std::string_view key);
