@@ -16,6 +16,11 @@
 # and then: kvload's failed ops / verify errors / stale reads, the ack-log audit
 # on the surviving node, and the recovery time (signal -> outcome observed).
 # One line per cell in $KV_FAULT_REPORT (default $TMPDIR/upgrade_faults.txt).
+# Each cell's directory (RocksDB, ack log) and shared memory are removed after
+# the cell: 39 cells' data filled the guest's tmpfs. A failing cell's logs
+# (node, kvload, audit, reports; the ack log too when the audit failed) are
+# kept in $KV_FAULT_LOGS/CELL (default: the report's name without .txt, plus
+# -logs).
 #
 #   KV_FAULT_CELLS="n_ready:crash o_flush:crash"   cells to run (default: a CI
 #                                                   subset; "all" = 13 x 3)
@@ -31,6 +36,7 @@ if [[ $cells == all ]]; then
 fi
 out=${KV_FAULT_REPORT:-${TMPDIR:-/tmp}/upgrade_faults.txt}
 : >"$out"
+logs=${KV_FAULT_LOGS:-${out%.txt}-logs}
 op_timeout=${KV_OP_TIMEOUT_MS:-30000}
 
 expect_for() {
@@ -129,7 +135,14 @@ except Exception:
   for p in $(up_descendants "$o_pid") "$o_pid" "$KV_PID"; do kill -KILL "$p" 2>/dev/null || true; done
   kv_wait_for 15 up_gone "$KV_PID" || true
   wait 2>/dev/null || true
-  rm -f "/dev/shm/$KV_SHM" "/dev/shm/$KV_SHM.handoff"
+  if [[ $verdict != ok ]]; then
+    mkdir -p "$logs/$cell"
+    cp "$KV_DIR"/*.log "$KV_DIR"/*.json "$logs/$cell/" 2>/dev/null || true
+    [[ $audit == pass ]] && rm -f "$logs/$cell/acks.log"
+    echo "  logs of $cell kept in $logs/$cell" >&2
+  fi
+  rm -rf "$KV_DIR"
+  rm -f "/dev/shm/$KV_SHM" "/dev/shm/$KV_SHM".*
   KV_PID=""
 done
 echo "fault matrix report: $out" >&2
