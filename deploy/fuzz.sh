@@ -10,6 +10,8 @@
 #   deploy/fuzz.sh --seconds 180         longer
 #   deploy/fuzz.sh --runs 10000000       stop after N executions (or the time)
 #   deploy/fuzz.sh --only read_path      one target (repeatable)
+#   deploy/fuzz.sh --max-len 1024        libFuzzer's -max_len (default: 4096
+#                                        or the largest seed)
 #   deploy/fuzz.sh --corpus DIR          keep the inputs found in DIR/<target>
 #                                        (reused by the next run; default: a
 #                                        temporary directory, removed)
@@ -20,6 +22,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 seconds=5
 runs=""
+max_len=""
 keep=""
 only=()
 while (($#)); do
@@ -27,8 +30,9 @@ while (($#)); do
     --seconds) seconds=$2; shift 2 ;;
     --runs) runs=$2; shift 2 ;;
     --only) only+=("$2"); shift 2 ;;
+    --max-len) max_len=$2; shift 2 ;;
     --corpus) keep=$2; shift 2 ;;
-    -h | --help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "fuzz.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -68,6 +72,7 @@ for t in "${targets[@]}"; do
   args=(-max_total_time="$seconds" -timeout=10 -print_final_stats=1
         -artifact_prefix="$out/$t/")
   [[ -n $runs ]] && args+=(-runs="$runs")
+  [[ -n $max_len ]] && args+=(-max_len="$max_len")
   rc=0
   start=$SECONDS
   "$build/tests/fuzz/fuzz_$t" "${args[@]}" "$work" tests/fuzz/corpus/"$t" >"$out/$t/log" 2>&1 ||
