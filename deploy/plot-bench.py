@@ -443,6 +443,26 @@ def rdma_data(D):
 
 UP_ROW = re.compile(r"^\s*(\d+) (\w+)\s+blackout\s+([\d.]+) ms\s+p99\s+([\d.]+) ms\s+max\s+([\d.]+) ms"
                     r"\s+failed (\d+)\s+ops (\d+)\s+event ([\d/]+) ms")
+# bench-upgrade.sh's set-up line per key count: the kvfill preload and the
+# node's cold start (its arena built from RocksDB: what a naive restart pays).
+UP_SETUP = re.compile(r"^== (\d+) keys .*: kvfill (\d+) ms, cold start (\d+) ms")
+
+
+def upgrade_setup(D):
+    """[(keys, kvfill ms, cold start ms)] from bench-upgrade.sh's logs."""
+    out = []
+    for r in D.runs:
+        if r["kind"] != "upgrade_run":
+            continue
+        try:
+            text = open(os.path.join(D.dir, r["log"])).read()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            m = UP_SETUP.match(line)
+            if m:
+                out.append(tuple(int(g) for g in m.groups()))
+    return out
 
 
 def upgrade_section(D):
@@ -769,8 +789,18 @@ def report(d, md_path, plots):
           f"synced) with its first event {at} s in, each next one {at} s after the previous "
           f"finished, and {at} s of load after the last (at least {ur.get('run_s', 12)} s in all); "
           "`steady` is the same load undisturbed. Blackout = longest gap between completed "
-          "operations in the run (the worst of its events). One run per cell: no median here.\n")
+          "operations in the run (the worst of its events). One run per cell: no median here. "
+          "Set-up, not a figure: the keys are written straight into the node's "
+          "RocksDB directory by `kvfill` (kvload's keys and values, as `kvload --preload` would "
+          "leave them) before the node starts; the node's cold start then builds its arena from "
+          "RocksDB, as every naive restart does.\n")
         w(up + "\n")
+        setup = upgrade_setup(D)
+        if setup:
+            w("Set-up per key count: " + "; ".join(
+                f"{k:,} keys: kvfill {f / 1000:.1f} s, node cold start {c / 1000:.1f} s"
+                for k, f, c in setup) + " (cold start: process start to answering, the arena "
+              "built from RocksDB).\n")
     else:
         w("Not run in this session: `deploy/bench-upgrade.sh` (issue 6) was not in the tree.\n")
     if up_png:
