@@ -90,6 +90,10 @@ absl::Status Client::Impl::Init() {
   for (Slot& s : slots_) s.key.reserve(storage::kMaxKeySize);
   endpoint_ = options_.server;
   reconnect_backoff_ = options_.reconnect_backoff_min;
+  // Device, PD, CQ and the registered buffers before the first connect: the
+  // server's handshake deadline starts at accept, and opening a device and
+  // registering memory are local work that can take seconds on a loaded host.
+  if (absl::Status st = InitDevice(); !st.ok()) return st;
 
   // The first session runs the same state machine as a Move or a reconnect;
   // Connect is synchronous, so here (only) we wait for its fd.

@@ -222,9 +222,6 @@ absl::Status Client::Impl::OnWelcome(Session* s, const proto::Welcome& w) {
       s->geometry = *g;
     }
   }
-  if (device_ == nullptr) {
-    if (absl::Status st = InitDevice(); !st.ok()) return st;
-  }
 
   // QP with its receive buffers posted before the server can send. Local
   // verbs calls: they do not wait for the server.
