@@ -15,21 +15,18 @@
 //   --mode=bad_rkey     READ with a wrong rkey: our QP errors, the node cuts
 //                       the session (and nothing else)
 //   --mode=vanish       post RPCs and exit at once without Goodbye
-#include <arpa/inet.h>
+//
+// Connect, handshake, QP setup, RPC and READ come from test_peer.h (shared
+// with kvnode_security_client).
 #include <gflags/gflags.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
+#include <infiniband/verbs.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
-#include <chrono>
-#include <cstdio>
 #include <cstring>
 #include <iostream>
-#include <memory>
 #include <string>
 #include <variant>
 #include <vector>
@@ -39,14 +36,7 @@
 #include "kvnode/proto/control.h"
 #include "kvnode/proto/frame_io.h"
 #include "kvnode/proto/rpc.h"
-#include "kvnode/rdma/cq.h"
-#include "kvnode/rdma/device.h"
-#include "kvnode/rdma/memory.h"
-#include "kvnode/rdma/mr.h"
-#include "kvnode/rdma/pd.h"
-#include "kvnode/rdma/qp.h"
-#include "kvnode/storage/format.h"
-#include "kvnode/storage/read_path.h"
+#include "test_peer.h"
 
 DEFINE_string(server, "127.0.0.1:7000", "node address");
 DEFINE_string(auth_token_file, "", "token file");
@@ -62,235 +52,15 @@ DEFINE_string(cmd, "ping", "--mode=admin: the request line");
 
 namespace {
 
-using namespace kvnode;  // NOLINT: a test tool
+using namespace kvnode;       // NOLINT: a test tool
+using namespace kvnode::e2e;  // NOLINT
 
-absl::Time Deadline() { return absl::Now() + absl::Seconds(FLAGS_timeout_s); }
-
-[[noreturn]] void Fail(const std::string& why) {
-  std::cerr << "raw_client[" << FLAGS_mode << "]: FAIL: " << why << std::endl;
-  _exit(1);
-}
-
-std::string ReadToken() {
-  if (FLAGS_auth_token_file.empty()) return "";
-  FILE* f = fopen(FLAGS_auth_token_file.c_str(), "r");
-  if (f == nullptr) Fail("cannot open token file");
-  char buf[2048];
-  size_t n = fread(buf, 1, sizeof(buf), f);
-  fclose(f);
-  std::string t(buf, n);
-  while (!t.empty() && (t.back() == '\n' || t.back() == '\r')) t.pop_back();
-  return t;
-}
-
-int Dial() {
-  absl::StatusOr<proto::HostPort> hp = proto::ParseHostPort(FLAGS_server);
-  if (!hp.ok()) Fail(hp.status().ToString());
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  if (getaddrinfo(hp->host.c_str(), std::to_string(hp->port).c_str(), &hints, &res) != 0) {
-    Fail("getaddrinfo");
-  }
-  const int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0 || connect(fd, res->ai_addr, res->ai_addrlen) != 0) {
-    Fail(absl::StrCat("connect ", FLAGS_server, ": ", strerror(errno)));
-  }
-  freeaddrinfo(res);
-  const int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  return fd;
-}
-
-template <typename T>
-T Expect(int fd, const char* what) {
-  for (;;) {
-    absl::StatusOr<proto::ControlMessage> m = proto::ReadControl(fd, Deadline());
-    if (!m.ok()) Fail(absl::StrCat("waiting for ", what, ": ", m.status().ToString()));
-    if (auto* k = std::get_if<proto::Keepalive>(&*m)) {
-      if (!proto::WriteControl(fd, proto::KeepaliveAck{k->nonce}, Deadline()).ok()) {
-        Fail("keepalive ack");
-      }
-      continue;
-    }
-    if (auto* t = std::get_if<T>(&*m)) return *t;
-    if (auto* e = std::get_if<proto::Error>(&*m)) {
-      Fail(absl::StrCat("waiting for ", what, ": got Error ", static_cast<uint32_t>(e->code), ": ",
-                        e->message));
-    }
-    Fail(absl::StrCat("waiting for ", what, ": got ",
-                      proto::MessageTypeName(static_cast<uint16_t>(proto::TypeOf(*m)))));
-  }
-}
-
-void ExpectErrorCode(int fd, proto::ErrorCode code) {
-  for (;;) {
-    absl::StatusOr<proto::ControlMessage> m = proto::ReadControl(fd, Deadline());
-    if (!m.ok()) Fail(absl::StrCat("waiting for Error: ", m.status().ToString()));
-    if (std::holds_alternative<proto::Keepalive>(*m)) continue;
-    auto* e = std::get_if<proto::Error>(&*m);
-    if (e == nullptr) {
-      Fail(absl::StrCat("expected Error, got ",
-                        proto::MessageTypeName(static_cast<uint16_t>(proto::TypeOf(*m)))));
-    }
-    if (e->code != code) {
-      Fail(absl::StrCat("expected Error code ", static_cast<uint32_t>(code), ", got ",
-                        static_cast<uint32_t>(e->code), ": ", e->message));
-    }
-    std::cerr << "raw_client[" << FLAGS_mode << "]: got the expected Error: " << e->message
-              << std::endl;
-    break;
-  }
-  // Then the server closes.
-  absl::StatusOr<proto::ControlMessage> m = proto::ReadControl(fd, Deadline());
-  if (m.ok()) Fail("the server did not close the connection after Error");
-}
-
-// A connected session with one QP.
-struct Session {
-  int fd = -1;
-  proto::Welcome w;
-  storage::Geometry g;
-  std::shared_ptr<rdma::Device> dev;
-  std::shared_ptr<rdma::Pd> pd;
-  std::shared_ptr<rdma::Cq> cq;
-  rdma::HostMemory mem;
-  std::shared_ptr<rdma::Mr> mr;
-  std::unique_ptr<rdma::Qp> qp;
-  uint64_t seq = 1;
-  uint64_t wr = 1;
-  static constexpr uint64_t kRecvOff = 0;
-  static constexpr uint64_t kSendOff = 32768;
-  static constexpr uint64_t kReadOff = 65536;
-
-  ~Session() {
-    qp.reset();
-    if (mr) (void)rdma::SafeDeregister(*mr, rdma::DeadlineIn(std::chrono::seconds(2)));
-    if (fd >= 0) close(fd);
-  }
-};
-
-std::unique_ptr<Session> Open(uint64_t client_id = 0, bool finish = true) {
-  auto s = std::make_unique<Session>();
-  s->fd = Dial();
-  proto::Hello h;
-  h.client_id = client_id;
-  h.auth_token = ReadToken();
-  h.client_name = "raw_client";
-  if (!proto::WriteControl(s->fd, h, Deadline()).ok()) Fail("send Hello");
-  s->w = Expect<proto::Welcome>(s->fd, "Welcome");
-  absl::StatusOr<storage::Geometry> g = storage::Geometry::Decode(s->w.index_geometry);
-  if (!g.ok()) Fail(absl::StrCat("geometry: ", g.status().ToString()));
-  s->g = *g;
-  if (!finish) return s;
-  rdma::DeviceOptions dopt;
-  dopt.name = FLAGS_rdma_device;
-  auto dev = rdma::Device::Open(dopt);
-  if (!dev.ok()) Fail(dev.status().ToString());
-  s->dev = *dev;
-  auto pd = rdma::Pd::Create(s->dev);
-  if (!pd.ok()) Fail(pd.status().ToString());
-  s->pd = *pd;
-  auto cq = rdma::Cq::Create(s->dev, rdma::CqOptions{});
-  if (!cq.ok()) Fail(cq.status().ToString());
-  s->cq = *cq;
-  auto mem = rdma::HostMemory::Allocate(65536 + 65536);
-  if (!mem.ok()) Fail(mem.status().ToString());
-  s->mem = std::move(*mem);
-  auto mr = rdma::Mr::Register(s->pd, s->mem.data(), s->mem.size(), rdma::MrOptions{});
-  if (!mr.ok()) Fail(mr.status().ToString());
-  s->mr = *mr;
-  rdma::QpOptions qo;
-  qo.remote_access = 0;
-  auto qp = rdma::Qp::Create(s->pd, s->cq, s->cq, qo);
-  if (!qp.ok()) Fail(qp.status().ToString());
-  s->qp = std::move(*qp);
-  rdma::PeerInfo peer;
-  peer.qp_num = s->w.server_qp.qpn;
-  peer.psn = s->w.server_qp.psn;
-  std::memcpy(peer.gid, s->w.server_qp.gid.data(), 16);
-  peer.lid = s->w.server_qp.lid;
-  peer.mtu = s->w.server_qp.mtu;
-  peer.port = s->w.server_qp.port;
-  peer.use_grh = s->dev->is_roce() ? 1 : 0;
-  if (absl::Status st = s->qp->Connect(peer); !st.ok()) Fail(st.ToString());
-  rdma::PeerInfo me = s->qp->LocalInfo();
-  proto::ClientQp cq_msg;
-  cq_msg.qp.qpn = me.qp_num;
-  cq_msg.qp.psn = me.psn;
-  std::memcpy(cq_msg.qp.gid.data(), me.gid, 16);
-  cq_msg.qp.lid = me.lid;
-  cq_msg.qp.mtu = me.mtu;
-  cq_msg.qp.port = me.port;
-  if (!proto::WriteControl(s->fd, cq_msg, Deadline()).ok()) Fail("send ClientQp");
-  (void)Expect<proto::Ready>(s->fd, "Ready");
-  return s;
-}
-
-void Goodbye(Session& s) {
-  (void)proto::WriteControl(s.fd, proto::Goodbye{proto::GoodbyeReason::kClientClose, "bye"},
-                            Deadline());
-}
-
-// Answers the node's keepalives without blocking (a real client does this
-// from its event loop; the node cuts a session silent for 3 intervals).
-void Pump(Session& s) {
-  for (;;) {
-    pollfd p{s.fd, POLLIN, 0};
-    if (poll(&p, 1, 0) <= 0) return;
-    auto msg = proto::ReadControl(s.fd, Deadline());
-    if (!msg.ok()) Fail(absl::StrCat("control connection: ", msg.status().ToString()));
-    if (auto* k = std::get_if<proto::Keepalive>(&*msg)) {
-      (void)proto::WriteControl(s.fd, proto::KeepaliveAck{k->nonce}, Deadline());
-    } else if (auto* e = std::get_if<proto::Error>(&*msg)) {
-      Fail(absl::StrCat("node sent Error ", static_cast<uint32_t>(e->code), ": ", e->message));
-    } else if (auto* g = std::get_if<proto::Goodbye>(&*msg)) {
-      Fail(absl::StrCat("node sent Goodbye: ", g->message));
-    } else {
-      Fail(absl::StrCat("unexpected control message ",
-                        proto::MessageTypeName(static_cast<uint16_t>(proto::TypeOf(*msg)))));
-    }
-  }
-}
-
-rdma::Deadline RdmaDeadline() {
-  return rdma::DeadlineIn(std::chrono::milliseconds(static_cast<int64_t>(FLAGS_timeout_s * 1000)));
-}
-
-// Sends raw bytes as one RPC and waits for the response (copied out).
-struct Resp {
-  proto::RpcStatus status;
-  uint64_t sequence;
-  uint64_t version;
-  std::string value;
-};
-Resp RawRpc(Session& s, std::string_view bytes) {
-  Pump(s);
-  const uint64_t rwr = s.wr++;
-  if (absl::Status st = s.qp->PostRecv(
-          rwr, rdma::LocalBuf{s.mr.get(), Session::kRecvOff, proto::kMaxRpcMessageSize});
-      !st.ok()) {
-    Fail(st.ToString());
-  }
-  std::memcpy(s.mem.bytes() + Session::kSendOff, bytes.data(), bytes.size());
-  const uint64_t swr = s.wr++;
-  if (absl::Status st = s.qp->PostSend(
-          swr, rdma::LocalBuf{s.mr.get(), Session::kSendOff, static_cast<uint32_t>(bytes.size())});
-      !st.ok()) {
-    Fail(st.ToString());
-  }
-  auto sc = s.qp->WaitFor(swr, rdma::WrKind::kSend, RdmaDeadline());
-  if (!sc.ok() || !sc->ok())
-    Fail(absl::StrCat("send completion: ",
-                      sc.ok() ? sc->ToStatus().ToString() : sc.status().ToString()));
-  auto rc = s.qp->WaitFor(rwr, rdma::WrKind::kRecv, RdmaDeadline());
-  if (!rc.ok() || !rc->ok())
-    Fail(absl::StrCat("recv completion: ",
-                      rc.ok() ? rc->ToStatus().ToString() : rc.status().ToString()));
-  auto r = proto::DecodeResponse(
-      std::span<const uint8_t>(s.mem.bytes() + Session::kRecvOff, rc->byte_len));
-  if (!r.ok()) Fail(absl::StrCat("response: ", r.status().ToString()));
-  return Resp{r->status, r->sequence, r->version, std::string(r->value)};
+// The node answers with Error{code} and closes (the session `self`, if any,
+// is the one being cut).
+void ExpectErrorCode(int fd, proto::ErrorCode code, Session* self = nullptr) {
+  const std::string msg = ExpectErrorThenClose(fd, code, self);
+  if (self != nullptr) self->dead = true;
+  Note(absl::StrCat("got the expected Error: ", msg));
 }
 
 Resp Rpc(Session& s, proto::Opcode op, std::string_view key, std::string_view value = {}) {
@@ -302,55 +72,8 @@ Resp Rpc(Session& s, proto::Opcode op, std::string_view key, std::string_view va
   return r;
 }
 
-// RDMA READ of the arena; returns false on a completion error.
-bool Read(Session& s, uint64_t offset, uint32_t len, std::string* out, uint32_t rkey = 0) {
-  const uint64_t wr = s.wr++;
-  if (absl::Status st = s.qp->PostRead(wr, rdma::LocalBuf{s.mr.get(), Session::kReadOff, len},
-                                       s.w.arena_remote_addr + offset, rkey ? rkey : s.w.rkey);
-      !st.ok()) {
-    Fail(st.ToString());
-  }
-  auto c = s.qp->WaitFor(wr, rdma::WrKind::kRead, RdmaDeadline());
-  if (!c.ok()) Fail(c.status().ToString());
-  if (!c->ok()) return false;
-  out->assign(reinterpret_cast<const char*>(s.mem.bytes() + Session::kReadOff), len);
-  return true;
-}
-
-// GET by RDMA READ only. Returns: 1 found, 0 not found, -1 must ask the server.
-int ReadGet(Session& s, const std::string& key, std::string* value) {
-  for (int attempt = 0; attempt < 16; ++attempt) {
-    storage::ReadStep step = storage::FirstRead(s.g, key);
-    for (int hops = 0; hops < 70; ++hops) {
-      std::string bytes;
-      if (!Read(s, step.offset, step.length, &bytes)) Fail("READ completion error");
-      storage::ReadResult r = storage::Decode(s.g, key, step, bytes);
-      switch (r.outcome) {
-        case storage::ReadResult::Outcome::kFound:
-          value->assign(r.value);
-          return 1;
-        case storage::ReadResult::Outcome::kNotFound:
-          return 0;
-        case storage::ReadResult::Outcome::kSlowPath:
-          return -1;
-        case storage::ReadResult::Outcome::kNext:
-          step = r.next;
-          continue;
-        case storage::ReadResult::Outcome::kRetry:
-          break;
-      }
-      break;
-    }
-  }
-  return -1;
-}
-
 std::string ValueFor(const std::string& key, int version) {
-  std::string v = absl::StrCat(key, "#", version, "#");
-  while (static_cast<int>(v.size()) < FLAGS_value_size)
-    v.push_back(static_cast<char>('a' + v.size() % 26));
-  v.resize(FLAGS_value_size);
-  return v;
+  return Fill(key, static_cast<size_t>(FLAGS_value_size), version);
 }
 
 void PutGetRound(Session& s, int n, int version) {
@@ -443,7 +166,7 @@ int Main() {
     int rounds = 0;
     while (absl::Now() < end) {
       PutGetRound(*s, FLAGS_n, ++rounds);
-      Pump(*s);
+      PumpLive();
     }
     Goodbye(*s);
     std::cout << "steady: " << rounds << " rounds of " << FLAGS_n << " PUT+READ, no error"
@@ -557,7 +280,9 @@ int Main() {
   if (m == "no_handshake") {
     // Hello, Welcome, then nothing: the node must cut us after its
     // handshake timeout with Goodbye{kIdleTimeout}.
-    auto s = Open(0, /*finish=*/false);
+    OpenOptions o;
+    o.finish = false;
+    auto s = Open(o);
     const absl::Time t0 = absl::Now();
     proto::Goodbye g = Expect<proto::Goodbye>(s->fd, "Goodbye");
     if (g.reason != proto::GoodbyeReason::kIdleTimeout) Fail("wrong Goodbye reason");
@@ -601,15 +326,17 @@ int Main() {
       Fail("post huge");
     }
     (void)s->qp->WaitFor(swr, rdma::WrKind::kSend, RdmaDeadline());
-    ExpectErrorCode(s->fd, proto::ErrorCode::kInternal);
+    ExpectErrorCode(s->fd, proto::ErrorCode::kInternal, s.get());
     return 0;
   }
   if (m == "bad_rkey") {
     auto s = Open();
     PutGetRound(*s, 1, 1);
     std::string bytes;
-    if (Read(*s, 0, 64, &bytes, s->w.rkey ^ 0x100)) Fail("READ with a wrong rkey succeeded");
-    ExpectErrorCode(s->fd, proto::ErrorCode::kInternal);
+    if (Read(*s, 0, 64, s->w.rkey ^ 0x100, &bytes) == IBV_WC_SUCCESS) {
+      Fail("READ with a wrong rkey succeeded");
+    }
+    ExpectErrorCode(s->fd, proto::ErrorCode::kInternal, s.get());
     return 0;
   }
   if (m == "vanish") {
@@ -634,5 +361,7 @@ int Main() {
 
 int main(int argc, char** argv) {
   gflags::ParseCommandLineFlags(&argc, &argv, true);
+  kvnode::e2e::Config() = {"raw_client",          FLAGS_mode,        FLAGS_server,
+                           FLAGS_auth_token_file, FLAGS_rdma_device, FLAGS_timeout_s};
   return Main();
 }

@@ -39,13 +39,12 @@
 //                           prints "rpcs: LABEL client ID seq S OP KEY ->
 //                           STATUS version V value 'X'" per item (retried
 //                           writes, for security_dedupe.sh)
-#include <arpa/inet.h>
+//
+// Connect, handshake, QP setup, RPC and READ come from test_peer.h (shared
+// with kvnode_raw_client).
 #include <dirent.h>
-#include <fcntl.h>
 #include <gflags/gflags.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
+#include <infiniband/verbs.h>
 #include <poll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -54,11 +53,11 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <iostream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -70,15 +69,11 @@
 #include "kvnode/proto/control.h"
 #include "kvnode/proto/frame_io.h"
 #include "kvnode/proto/rpc.h"
-#include "kvnode/rdma/cq.h"
-#include "kvnode/rdma/device.h"
 #include "kvnode/rdma/memory.h"
 #include "kvnode/rdma/mr.h"
-#include "kvnode/rdma/pd.h"
 #include "kvnode/rdma/qp.h"
-#include "kvnode/storage/format.h"
 #include "kvnode/storage/limits.h"
-#include "kvnode/storage/read_path.h"
+#include "test_peer.h"
 
 DEFINE_string(server, "127.0.0.1:7000", "node address");
 DEFINE_string(auth_token_file, "", "token file");
@@ -103,282 +98,32 @@ DEFINE_string(ids, "", "rpcs: LABEL=CLIENT_ID,... sessions that resume these cli
 
 namespace {
 
-using namespace kvnode;  // NOLINT: a test tool
+using namespace kvnode;       // NOLINT: a test tool
+using namespace kvnode::e2e;  // NOLINT
 
-absl::Time Deadline() { return absl::Now() + absl::Seconds(FLAGS_timeout_s); }
-rdma::Deadline RdmaDeadline() {
-  return rdma::DeadlineIn(std::chrono::milliseconds(static_cast<int64_t>(FLAGS_timeout_s * 1000)));
-}
-
-[[noreturn]] void Fail(const std::string& why) {
-  std::cerr << "security_client[" << FLAGS_mode << "]: FAIL: " << why << std::endl;
-  _exit(1);
-}
-void Note(const std::string& what) {
-  std::cerr << "security_client[" << FLAGS_mode << "]: " << what << std::endl;
-}
-
-std::string ReadToken() {
-  if (FLAGS_auth_token_file.empty()) return "";
-  FILE* f = fopen(FLAGS_auth_token_file.c_str(), "r");
-  if (f == nullptr) Fail("cannot open token file");
-  char buf[2048];
-  const size_t n = fread(buf, 1, sizeof(buf), f);
-  fclose(f);
-  std::string t(buf, n);
-  while (!t.empty() && (t.back() == '\n' || t.back() == '\r')) t.pop_back();
-  return t;
-}
-
-// Non-blocking when `nonblock`: returns the fd with the connect in progress.
-int Dial(bool nonblock = false) {
-  absl::StatusOr<proto::HostPort> hp = proto::ParseHostPort(FLAGS_server);
-  if (!hp.ok()) Fail(hp.status().ToString());
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  if (getaddrinfo(hp->host.c_str(), std::to_string(hp->port).c_str(), &hints, &res) != 0) {
-    Fail("getaddrinfo");
-  }
-  const int fd =
-      socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC | (nonblock ? SOCK_NONBLOCK : 0), 0);
-  if (fd < 0) Fail(absl::StrCat("socket: ", strerror(errno)));
-  if (connect(fd, res->ai_addr, res->ai_addrlen) != 0 && !(nonblock && errno == EINPROGRESS)) {
-    Fail(absl::StrCat("connect ", FLAGS_server, ": ", strerror(errno)));
-  }
-  freeaddrinfo(res);
-  const int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  return fd;
-}
-
-std::string TypeName(const proto::ControlMessage& m) {
-  return proto::MessageTypeName(static_cast<uint16_t>(proto::TypeOf(m)));
-}
-
-// ---- the process-wide verbs context (one device, PD and CQ for every
-// session, so that a mode can open many sessions cheaply) -------------------
-struct Rdma {
-  std::shared_ptr<rdma::Device> dev;
-  std::shared_ptr<rdma::Pd> pd;
-  std::shared_ptr<rdma::Cq> cq;
-};
-Rdma& Ctx() {
-  static Rdma* r = [] {
-    auto* x = new Rdma;
-    rdma::DeviceOptions dopt;
-    dopt.name = FLAGS_rdma_device;
-    auto dev = rdma::Device::Open(dopt);
-    if (!dev.ok()) Fail(dev.status().ToString());
-    x->dev = *dev;
-    auto pd = rdma::Pd::Create(x->dev);
-    if (!pd.ok()) Fail(pd.status().ToString());
-    x->pd = *pd;
+// The process-wide verbs context: one device, PD and CQ for every session,
+// so that a mode can open many sessions cheaply.
+const Verbs& Ctx() {
+  static const Verbs* v = [] {
     rdma::CqOptions co;
     co.depth = 4096;
-    auto cq = rdma::Cq::Create(x->dev, co);
-    if (!cq.ok()) Fail(cq.status().ToString());
-    x->cq = *cq;
-    return x;
+    return new Verbs(OpenVerbs(co));
   }();
-  return *r;
+  return *v;
 }
 
-// A session with one QP and its own 128 KiB registered buffer. Sessions in
-// `g_live` get their keepalives answered while the tool waits on another one.
-struct Session {
-  int fd = -1;
-  proto::Welcome w;
-  storage::Geometry g;
-  rdma::HostMemory mem;
-  std::shared_ptr<rdma::Mr> mr;
-  std::unique_ptr<rdma::Qp> qp;
-  uint64_t wr = 1;
-  bool dead = false;  // the node closed it
-  static constexpr uint64_t kRecvOff = 0;
-  static constexpr uint64_t kSendOff = 32768;
-  static constexpr uint64_t kReadOff = 65536;
-  static constexpr uint64_t kBytes = 131072;
+// A session on the process-wide verbs context. qo: our QP's options.
+std::unique_ptr<Session> OpenShared(uint64_t client_id = 0, rdma::QpOptions qo = {}) {
+  OpenOptions o;
+  o.client_id = client_id;
+  o.qp = qo;
+  o.verbs = &Ctx();
+  return Open(o);
+}
 
-  ~Session();
-};
-std::vector<Session*> g_live;
 // RPC sequences, process-wide: a resumed client id continues its sequence
 // (the node answers a reused one from its dedupe window).
 uint64_t g_seq = 1;
-Session::~Session() {
-  g_live.erase(std::remove(g_live.begin(), g_live.end(), this), g_live.end());
-  qp.reset();
-  if (mr) (void)rdma::SafeDeregister(*mr, rdma::DeadlineIn(std::chrono::seconds(2)));
-  if (fd >= 0) close(fd);
-}
-
-// Answers pending keepalives of every live session except `skip`.
-void PumpOthers(const Session* skip) {
-  for (Session* s : g_live) {
-    if (s == skip || s->dead) continue;
-    for (;;) {
-      pollfd p{s->fd, POLLIN, 0};
-      if (poll(&p, 1, 0) <= 0) break;
-      auto m = proto::ReadControl(s->fd, Deadline());
-      if (!m.ok()) {
-        Fail(absl::StrCat("held session of client ", s->w.client_id,
-                          " lost its control connection: ", m.status().ToString()));
-      }
-      if (auto* k = std::get_if<proto::Keepalive>(&*m)) {
-        (void)proto::WriteControl(s->fd, proto::KeepaliveAck{k->nonce}, Deadline());
-      } else if (!std::holds_alternative<proto::KeepaliveAck>(*m)) {
-        Fail(absl::StrCat("held session of client ", s->w.client_id, " got ", TypeName(*m)));
-      }
-    }
-  }
-}
-
-// Next non-keepalive message on fd (keepalives answered), other sessions
-// pumped meanwhile. Error status on EOF or deadline.
-absl::StatusOr<proto::ControlMessage> NextMessage(int fd, const Session* self) {
-  const absl::Time deadline = Deadline();
-  for (;;) {
-    PumpOthers(self);
-    pollfd p{fd, POLLIN, 0};
-    const int r = poll(&p, 1, 50);
-    if (r == 0) {
-      if (absl::Now() > deadline) return absl::DeadlineExceededError("no message in time");
-      continue;
-    }
-    absl::StatusOr<proto::ControlMessage> m = proto::ReadControl(fd, Deadline());
-    if (!m.ok()) return m.status();
-    if (auto* k = std::get_if<proto::Keepalive>(&*m)) {
-      (void)proto::WriteControl(fd, proto::KeepaliveAck{k->nonce}, Deadline());
-      continue;
-    }
-    if (std::holds_alternative<proto::KeepaliveAck>(*m)) continue;
-    return m;
-  }
-}
-
-template <typename T>
-T Expect(int fd, const char* what, const Session* self = nullptr) {
-  absl::StatusOr<proto::ControlMessage> m = NextMessage(fd, self);
-  if (!m.ok()) Fail(absl::StrCat("waiting for ", what, ": ", m.status().ToString()));
-  if (auto* t = std::get_if<T>(&*m)) return *t;
-  if (auto* e = std::get_if<proto::Error>(&*m)) {
-    Fail(absl::StrCat("waiting for ", what, ": got Error ", static_cast<uint32_t>(e->code), ": ",
-                      e->message));
-  }
-  Fail(absl::StrCat("waiting for ", what, ": got ", TypeName(*m)));
-}
-
-// Expects Error{code} and then the node closing the connection. Returns the
-// error's text.
-std::string ExpectErrorThenClose(int fd, proto::ErrorCode code, const Session* self = nullptr) {
-  absl::StatusOr<proto::ControlMessage> m = NextMessage(fd, self);
-  if (!m.ok()) Fail(absl::StrCat("waiting for Error: ", m.status().ToString()));
-  auto* e = std::get_if<proto::Error>(&*m);
-  if (e == nullptr) Fail(absl::StrCat("expected Error, got ", TypeName(*m)));
-  if (e->code != code) {
-    Fail(absl::StrCat("expected Error code ", static_cast<uint32_t>(code), ", got ",
-                      static_cast<uint32_t>(e->code), ": ", e->message));
-  }
-  absl::StatusOr<proto::ControlMessage> after = NextMessage(fd, self);
-  if (after.ok()) Fail(absl::StrCat("the node sent ", TypeName(*after), " after Error"));
-  return e->message;
-}
-
-proto::QpInfo ToQpInfo(const rdma::PeerInfo& me) {
-  proto::QpInfo q;
-  q.qpn = me.qp_num;
-  q.psn = me.psn;
-  std::memcpy(q.gid.data(), me.gid, 16);
-  q.lid = me.lid;
-  q.mtu = me.mtu;
-  q.port = me.port;
-  return q;
-}
-
-// Hello (client_id, token) .. Ready. qo: our QP's options.
-std::unique_ptr<Session> Open(uint64_t client_id = 0, rdma::QpOptions qo = {}) {
-  Rdma& r = Ctx();
-  auto s = std::make_unique<Session>();
-  s->fd = Dial();
-  proto::Hello h;
-  h.client_id = client_id;
-  h.auth_token = ReadToken();
-  h.client_name = "security_client";
-  if (!proto::WriteControl(s->fd, h, Deadline()).ok()) Fail("send Hello");
-  s->w = Expect<proto::Welcome>(s->fd, "Welcome");
-  absl::StatusOr<storage::Geometry> g = storage::Geometry::Decode(s->w.index_geometry);
-  if (!g.ok()) Fail(absl::StrCat("geometry: ", g.status().ToString()));
-  s->g = *g;
-  auto mem = rdma::HostMemory::Allocate(Session::kBytes);
-  if (!mem.ok()) Fail(mem.status().ToString());
-  s->mem = std::move(*mem);
-  auto mr = rdma::Mr::Register(r.pd, s->mem.data(), s->mem.size(), rdma::MrOptions{});
-  if (!mr.ok()) Fail(mr.status().ToString());
-  s->mr = *mr;
-  qo.remote_access = 0;
-  auto qp = rdma::Qp::Create(r.pd, r.cq, r.cq, qo);
-  if (!qp.ok()) Fail(qp.status().ToString());
-  s->qp = std::move(*qp);
-  rdma::PeerInfo peer;
-  peer.qp_num = s->w.server_qp.qpn;
-  peer.psn = s->w.server_qp.psn;
-  std::memcpy(peer.gid, s->w.server_qp.gid.data(), 16);
-  peer.lid = s->w.server_qp.lid;
-  peer.mtu = s->w.server_qp.mtu;
-  peer.port = s->w.server_qp.port;
-  peer.use_grh = r.dev->is_roce() ? 1 : 0;
-  if (absl::Status st = s->qp->Connect(peer); !st.ok()) Fail(st.ToString());
-  proto::ClientQp cq_msg;
-  cq_msg.qp = ToQpInfo(s->qp->LocalInfo());
-  if (!proto::WriteControl(s->fd, cq_msg, Deadline()).ok()) Fail("send ClientQp");
-  (void)Expect<proto::Ready>(s->fd, "Ready", s.get());
-  g_live.push_back(s.get());
-  return s;
-}
-
-void Goodbye(Session& s) {
-  (void)proto::WriteControl(s.fd, proto::Goodbye{proto::GoodbyeReason::kClientClose, "bye"},
-                            Deadline());
-}
-
-struct Resp {
-  proto::RpcStatus status;
-  uint64_t sequence;
-  uint64_t version;
-  std::string value;
-};
-
-Resp RawRpc(Session& s, std::string_view bytes) {
-  PumpOthers(nullptr);
-  const uint64_t rwr = s.wr++;
-  if (absl::Status st = s.qp->PostRecv(
-          rwr, rdma::LocalBuf{s.mr.get(), Session::kRecvOff, proto::kMaxRpcMessageSize});
-      !st.ok()) {
-    Fail(st.ToString());
-  }
-  std::memcpy(s.mem.bytes() + Session::kSendOff, bytes.data(), bytes.size());
-  const uint64_t swr = s.wr++;
-  if (absl::Status st = s.qp->PostSend(
-          swr, rdma::LocalBuf{s.mr.get(), Session::kSendOff, static_cast<uint32_t>(bytes.size())});
-      !st.ok()) {
-    Fail(st.ToString());
-  }
-  auto sc = s.qp->WaitFor(swr, rdma::WrKind::kSend, RdmaDeadline());
-  if (!sc.ok() || !sc->ok()) {
-    Fail(absl::StrCat("send completion: ",
-                      sc.ok() ? sc->ToStatus().ToString() : sc.status().ToString()));
-  }
-  auto rc = s.qp->WaitFor(rwr, rdma::WrKind::kRecv, RdmaDeadline());
-  if (!rc.ok() || !rc->ok()) {
-    Fail(absl::StrCat("recv completion: ",
-                      rc.ok() ? rc->ToStatus().ToString() : rc.status().ToString()));
-  }
-  auto r = proto::DecodeResponse(
-      std::span<const uint8_t>(s.mem.bytes() + Session::kRecvOff, rc->byte_len));
-  if (!r.ok()) Fail(absl::StrCat("response: ", r.status().ToString()));
-  return Resp{r->status, r->sequence, r->version, std::string(r->value)};
-}
 
 void PutLe(std::string* out, uint64_t v, int bytes) {
   for (int i = 0; i < bytes; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
@@ -407,52 +152,6 @@ Resp Rpc(Session& s, proto::Opcode op, std::string_view key, std::string_view va
   return r;
 }
 
-// RDMA READ; returns the completion status.
-ibv_wc_status Read(Session& s, uint64_t offset, uint32_t len, uint32_t rkey, std::string* out) {
-  const uint64_t wr = s.wr++;
-  if (absl::Status st = s.qp->PostRead(wr, rdma::LocalBuf{s.mr.get(), Session::kReadOff, len},
-                                       s.w.arena_remote_addr + offset, rkey);
-      !st.ok()) {
-    Fail(st.ToString());
-  }
-  auto c = s.qp->WaitFor(wr, rdma::WrKind::kRead, RdmaDeadline());
-  if (!c.ok()) Fail(absl::StrCat("READ: no completion: ", c.status().ToString()));
-  if (c->ok() && out != nullptr) {
-    out->assign(reinterpret_cast<const char*>(s.mem.bytes() + Session::kReadOff), len);
-  }
-  return c->status;
-}
-
-// GET by RDMA READ. 1 found, 0 not found, -1 must ask the server.
-int ReadGet(Session& s, const std::string& key, std::string* value) {
-  for (int attempt = 0; attempt < 16; ++attempt) {
-    storage::ReadStep step = storage::FirstRead(s.g, key);
-    for (int hops = 0; hops < 70; ++hops) {
-      std::string bytes;
-      if (Read(s, step.offset, step.length, s.w.rkey, &bytes) != IBV_WC_SUCCESS) {
-        Fail("READ with our own rkey failed");
-      }
-      storage::ReadResult r = storage::Decode(s.g, key, step, bytes);
-      switch (r.outcome) {
-        case storage::ReadResult::Outcome::kFound:
-          value->assign(r.value);
-          return 1;
-        case storage::ReadResult::Outcome::kNotFound:
-          return 0;
-        case storage::ReadResult::Outcome::kSlowPath:
-          return -1;
-        case storage::ReadResult::Outcome::kNext:
-          step = r.next;
-          continue;
-        case storage::ReadResult::Outcome::kRetry:
-          break;
-      }
-      break;
-    }
-  }
-  return -1;
-}
-
 // GET by READ, falling back to RPC. Returns the value or nullopt (absent).
 std::optional<std::string> Get(Session& s, const std::string& key, bool* by_read = nullptr) {
   std::string v;
@@ -465,13 +164,6 @@ std::optional<std::string> Get(Session& s, const std::string& key, bool* by_read
   if (g.status != proto::RpcStatus::kOk)
     Fail(absl::StrCat("GET ", key, ": status ", static_cast<int>(g.status)));
   return g.value;
-}
-
-std::string Fill(const std::string& key, size_t size, int round) {
-  std::string v = absl::StrCat(key, "#", round, "#");
-  while (v.size() < size) v.push_back(static_cast<char>('a' + v.size() % 26));
-  v.resize(size);
-  return v;
 }
 
 void PutAndReadBack(Session& s, const std::string& key, int round) {
@@ -498,7 +190,7 @@ int BadAuthQpn() {
   uint32_t first_server_qpn = 0;
   uint32_t next_expected = 0;
   {
-    auto a = Open();
+    auto a = OpenShared();
     first_server_qpn = a->w.server_qp.qpn;
     next_expected = std::max(a->w.server_qp.qpn, a->qp->qp_num()) + 1;
     Goodbye(*a);
@@ -519,7 +211,7 @@ int BadAuthQpn() {
     if (i == 0) Note(absl::StrCat("refusal: Error{auth failed}: \"", msg, "\""));
     close(fd);
   }
-  auto b = Open();
+  auto b = OpenShared();
   const uint32_t got = b->w.server_qp.qpn;
   Goodbye(*b);
   if (got != next_expected) {
@@ -582,7 +274,7 @@ int WindowAttack() {
   attacks.push_back({"own rkey past the arena's end", 0, UINT64_MAX, false});
   attacks.push_back({"RDMA WRITE through own window", 0, 0, true});
   for (const Attack& a : attacks) {
-    auto s = Open();
+    auto s = OpenShared();
     PutAndReadBack(*s, "window-attack-probe", 1);  // our QP and window work
     const uint32_t rkey = a.rkey != 0 ? a.rkey : s->w.rkey;
     const uint64_t off = a.offset == UINT64_MAX ? s->w.arena_size - 16 : a.offset;
@@ -607,13 +299,13 @@ int WindowAttack() {
 int Rejoin() {
   std::string bytes;
   // 1. A client leaves with Goodbye: its rkey is dead for its next session.
-  auto s1 = Open();
+  auto s1 = OpenShared();
   const uint64_t id = s1->w.client_id;
   const uint32_t r1 = s1->w.rkey;
   PutAndReadBack(*s1, "rejoin-probe", 1);
   Goodbye(*s1);
   s1.reset();
-  auto s2 = Open(id);
+  auto s2 = OpenShared(id);
   if (s2->w.client_id != id) Fail("resumed session got another client id");
   const uint32_t r2 = s2->w.rkey;
   if (r2 == r1) Fail(absl::StrCat("the resumed session got the old rkey ", r1, " again"));
@@ -624,7 +316,7 @@ int Rejoin() {
   Note(absl::StrCat("old rkey ", r1, " after Goodbye: ", ibv_wc_status_str(st), "; cut: ", why2));
   s2.reset();
   // 2. The session was cut by the node (just now): its rkey r2 is dead too.
-  auto s3 = Open(id);
+  auto s3 = OpenShared(id);
   const uint32_t r3 = s3->w.rkey;
   if (r3 == r2 || r3 == r1) Fail("the session after a cut reuses an old rkey");
   PutAndReadBack(*s3, "rejoin-probe", 3);
@@ -639,7 +331,7 @@ int Rejoin() {
 
 int MaxClients() {
   std::vector<std::unique_ptr<Session>> held;
-  for (int i = 0; i < FLAGS_n; ++i) held.push_back(Open());
+  for (int i = 0; i < FLAGS_n; ++i) held.push_back(OpenShared());
   Note(absl::StrCat("holding ", held.size(), " sessions"));
   auto refused = [](uint64_t client_id) {
     const int fd = Dial();
@@ -670,7 +362,7 @@ int MaxClients() {
     if (m.ok() && std::holds_alternative<proto::Welcome>(*m)) break;
     if (absl::Now() > deadline) Fail("the freed slot never came back");
   }
-  again = Open();
+  again = OpenShared();
   PutAndReadBack(*again, "held-again", 1);
   for (auto& s : held) Goodbye(*s);
   Goodbye(*again);
@@ -685,7 +377,7 @@ int Credits() {
   qo.rnr_retry = 0;  // the first RNR NAK fails our SEND: the refusal is visible
   qo.max_send_wr = 128;
   qo.max_recv_wr = 128;
-  auto s = Open(0, qo);
+  auto s = OpenShared(0, qo);
   const uint32_t credits = s->w.max_rpc_credits;
   const int n = std::min(FLAGS_n, 120);
   if (static_cast<uint32_t>(n) <= credits) Fail("--n must exceed the node's credits");
@@ -759,7 +451,7 @@ int Credits() {
 }
 
 int Sizes() {
-  auto s = Open();
+  auto s = OpenShared();
   const std::string kmax(storage::kMaxKeySize, 'K');
   const std::string vmax = Fill("vmax", storage::kMaxValueSize, 1);
   Resp p = Rpc(*s, proto::Opcode::kPut, kmax, vmax);
@@ -787,7 +479,7 @@ int Sizes() {
 }
 
 int ArenaFill() {
-  auto s = Open();
+  auto s = OpenShared();
   const size_t vs = static_cast<size_t>(FLAGS_value_size);
   for (int i = 0; i < FLAGS_n; ++i) {
     const std::string key = absl::StrCat("fill-", i);
@@ -1048,7 +740,7 @@ int Rpcs() {
     std::unique_ptr<Session>& s = sessions[label];
     if (s == nullptr) {
       const uint64_t want = ids.count(label) ? ids[label] : 0;
-      s = Open(want);
+      s = OpenShared(want);
       if (want != 0 && s->w.client_id != want) {
         Fail(absl::StrCat("asked to resume client ", want, ", got ", s->w.client_id));
       }
@@ -1088,5 +780,7 @@ int Main() {
 
 int main(int argc, char** argv) {
   gflags::ParseCommandLineFlags(&argc, &argv, true);
+  kvnode::e2e::Config() = {"security_client",     FLAGS_mode,        FLAGS_server,
+                           FLAGS_auth_token_file, FLAGS_rdma_device, FLAGS_timeout_s};
   return Main();
 }
