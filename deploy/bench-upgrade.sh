@@ -44,6 +44,7 @@ if [[ $mode == --inner ]]; then
   kvctl=$build/client/tools/kvctl
   kvfill=$build/storage/kvfill
   results=$(mktemp /tmp/bench-upgrade.XXXXXX.txt)
+  nclients=4 # kvload's clients (control connections, QPs)
   node_pid=""
   child_pid=""
   last_ms=0
@@ -51,6 +52,7 @@ if [[ $mode == --inner ]]; then
   trap cleanup EXIT
   gone() { [[ ! -e /proc/$1 ]] || grep -q '^State:[[:space:]]*Z' "/proc/$1/status" 2>/dev/null; }
   ping_field() { "$kvctl" --admin_socket "$admin" --json ping 2>/dev/null | grep -o "\"$1\":[0-9]*" | cut -d: -f2; }
+  stats_field() { "$kvctl" --admin_socket "$admin" --json stats 2>/dev/null | grep -o "\"$1\":[0-9]*" | cut -d: -f2; }
   # --handshake_timeout_ms 60000: the node's default cut (5 s from accept to
   # Ready) counts a fresh kvload's own QP set-up and, after a restart, the new
   # node's first verbs calls; under TCG on a loaded host these take longer,
@@ -78,7 +80,7 @@ if [[ $mode == --inner ]]; then
     local name=$1
     shift
     cmd=("$kvload" --server "127.0.0.1:$port" --auth_token_file "$token" --workload A
-      --keys "$keys" --value_size 64 --clients 4 --threads 2 --depth 4 --seed 7
+      --keys "$keys" --value_size 64 --clients "$nclients" --threads 2 --depth 4 --seed 7
       --connect_timeout_ms 5000 --timeout_ms 300000 --progress=false
       --report "$dir/$name.json" "$@")
   }
@@ -130,10 +132,24 @@ PY
   events_run() {
     local name=$1 kind=$2 lp i t_start
     local -a cmd
-    t_start=$(date +%s)
+    local base end
+    base=$(stats_field sessions_accepted)
     kvload_cmd "$name" --duration 100000
     "${cmd[@]}" >"$dir/$name.log" 2>&1 & # kvload itself, so that $! is its pid
     lp=$!
+    # The schedule starts when all of kvload's sessions are Ready, not when
+    # it was started: under TCG a fresh kvload's start and handshake can take
+    # longer than BENCH_AT_S, and a first event inside kvload's initial
+    # connect ended its run (a SIGTERM'd node says Goodbye to a client in
+    # state connecting, and kvload gives up on its first connect: "answered
+    # ClientQp with Goodbye", also the session-2 Goodbye).
+    end=$(($(date +%s) + 300))
+    while (($(stats_field sessions_accepted || true) + 0 < ${base:-0} + nclients)); do
+      kill -0 "$lp" 2>/dev/null || break # kvload gave up: its log says why
+      (($(date +%s) < end)) || break
+      sleep 0.2 # polling a condition under a deadline
+    done
+    t_start=$(date +%s)
     ev_ms=""
     sleep "$at_s" # the benchmark's schedule: steady load before the first event
     for ((i = 1; i <= events; i++)); do
