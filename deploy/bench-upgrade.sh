@@ -57,9 +57,9 @@ if [[ $mode == --inner ]]; then
   # Ready) counts a fresh kvload's own QP set-up and, after a restart, the new
   # node's first verbs calls; under TCG on a loaded host these take longer,
   # and the node answered ClientQp with Goodbye ("handshake not finished
-  # within 5s (state connecting); cut"), which ended kvload's run. That is the
-  # Goodbye seen once in session 2 after a naive restart. The benchmark
-  # measures the upgrade, not that guard.
+  # within 5s (state connecting); cut"), which ended kvload's run (1e5 keys,
+  # session 3). The benchmark measures the upgrade, not that guard. (The
+  # other cause of that Goodbye: see events_run.)
   start_node() {
     "$node" --listen "127.0.0.1:$port" --db_path "$dir/db" --shm_name "$shm" \
       --admin_socket "$admin" --auth_token_file "$token" --arena_size "$arena" \
