@@ -190,6 +190,18 @@ std::string ExpectErrorThenClose(int fd, proto::ErrorCode code, const Session* s
 
 std::unique_ptr<Session> Open(const OpenOptions& o) {
   auto s = std::make_unique<Session>();
+  if (o.finish) {
+    // Before dialling: the node's handshake deadline (5 s) runs from accept,
+    // and opening rxe0 and registering can take longer on a loaded guest.
+    // The QP comes after the Welcome (bad_auth_qpn counts QP numbers).
+    s->verbs = o.verbs != nullptr ? *o.verbs : OpenVerbs(rdma::CqOptions{});
+    auto mem = rdma::HostMemory::Allocate(Session::kBytes);
+    if (!mem.ok()) Fail(mem.status().ToString());
+    s->mem = std::move(*mem);
+    auto mr = rdma::Mr::Register(s->verbs.pd, s->mem.data(), s->mem.size(), rdma::MrOptions{});
+    if (!mr.ok()) Fail(mr.status().ToString());
+    s->mr = *mr;
+  }
   s->fd = Dial();
   proto::Hello h;
   h.client_id = o.client_id;
@@ -201,13 +213,6 @@ std::unique_ptr<Session> Open(const OpenOptions& o) {
   if (!g.ok()) Fail(absl::StrCat("geometry: ", g.status().ToString()));
   s->g = *g;
   if (!o.finish) return s;
-  s->verbs = o.verbs != nullptr ? *o.verbs : OpenVerbs(rdma::CqOptions{});
-  auto mem = rdma::HostMemory::Allocate(Session::kBytes);
-  if (!mem.ok()) Fail(mem.status().ToString());
-  s->mem = std::move(*mem);
-  auto mr = rdma::Mr::Register(s->verbs.pd, s->mem.data(), s->mem.size(), rdma::MrOptions{});
-  if (!mr.ok()) Fail(mr.status().ToString());
-  s->mr = *mr;
   rdma::QpOptions qo = o.qp;
   qo.remote_access = 0;
   auto qp = rdma::Qp::Create(s->verbs.pd, s->verbs.cq, s->verbs.cq, qo);

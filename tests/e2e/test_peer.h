@@ -101,8 +101,8 @@ struct OpenOptions {
   const Verbs* verbs = nullptr;  // nullptr: a device, PD and CQ of the session's own
   bool finish = true;            // false: stop after Welcome (no QP, no Ready)
 };
-// Hello (client name Config().tool, the token) .. Welcome .. ClientQp ..
-// Ready.
+// Verbs, buffer and MR, then Hello (client name Config().tool, the token)
+// .. Welcome .. QP, ClientQp .. Ready.
 std::unique_ptr<Session> Open(const OpenOptions& o = OpenOptions());
 void Goodbye(Session& s);
 
