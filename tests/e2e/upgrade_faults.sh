@@ -127,6 +127,11 @@ except Exception:
   [[ $outcome == "$expect" ]] || verdict=UNEXPECTED
   [[ $audit == pass ]] || verdict=LOST_ACKED_WRITE
   [[ $failed == 0 && $verr == 0 && $stale == 0 ]] || verdict="${verdict}+client_errors"
+  # A full disk fails writes (INTERNAL answers): say so rather than blame the
+  # protocol (session 2's o_move_clients:crash failures were the guest's tmpfs).
+  if grep -qs 'No space left on device' "$KV_LOG" "$KV_DIR/kvload.log" "$KV_DIR/db/LOG"; then
+    verdict="${verdict}+ENOSPC"
+  fi
   line=$(printf '%-22s expect %-8s got %-8s recovery %6d ms  failed %s verify %s stale %s audit %s  %s' \
     "$cell" "$expect" "$outcome" "$recovery_ms" "$failed" "$verr" "$stale" "$audit" "$verdict")
   echo "$line" | tee -a "$out" >&2
