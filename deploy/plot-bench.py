@@ -667,7 +667,10 @@ def report(d, md_path, plots):
                  f"{host.get('mem', '?')}, kernel {host.get('kernel', '?')}"],
         ["host load", f"{host.get('load_start', '?')} at start, {host.get('load_end', '?')} at end"
                       + (f"; {lt}" if lt else "") +
-                      " (the machine was shared with other engineers' builds)"],
+                      (" (the guest's 2 TCG vCPUs alone load the host by about 2: above that,"
+                         " other work shared the machine)" if loads and max(loads) > 3 else
+                         " (the guest's 2 TCG vCPUs alone load the host by about 2: nothing"
+                         " else ran)")],
         ["device", f"{guest.get('device', '?')}: {guest.get('where', '?')}; "
                    f"MTU {guest.get('mtu', '?')}; GID index {D.config.get('gid_index', '?')}"],
         ["guest", f"{guest.get('kernel', '?')}, {guest.get('cpus', '?')} vCPUs, {guest.get('mem', '?')}"],
