@@ -448,9 +448,8 @@ UP_ROW = re.compile(r"^\s*(\d+) (\w+)\s+blackout\s+([\d.]+) ms\s+p99\s+([\d.]+) 
 UP_SETUP = re.compile(r"^== (\d+) keys .*: kvfill (\d+) ms, cold start (\d+) ms")
 
 
-def upgrade_setup(D):
-    """[(keys, kvfill ms, cold start ms)] from bench-upgrade.sh's logs."""
-    out = []
+def upgrade_logs(D):
+    """(run record, text of its log) of each bench-upgrade.sh run (runs without a log skipped)."""
     for r in D.runs:
         if r["kind"] != "upgrade_run":
             continue
@@ -458,6 +457,13 @@ def upgrade_setup(D):
             text = open(os.path.join(D.dir, r["log"])).read()
         except OSError:
             continue
+        yield r, text
+
+
+def upgrade_setup(D):
+    """[(keys, kvfill ms, cold start ms)] from bench-upgrade.sh's logs."""
+    out = []
+    for _, text in upgrade_logs(D):
         for line in text.splitlines():
             m = UP_SETUP.match(line)
             if m:
@@ -468,13 +474,7 @@ def upgrade_setup(D):
 def upgrade_section(D):
     """A table from deploy/bench-upgrade.sh's summary lines."""
     rows = []
-    for r in D.runs:
-        if r["kind"] != "upgrade_run":
-            continue
-        try:
-            text = open(os.path.join(D.dir, r["log"])).read()
-        except OSError:
-            continue
+    for r, text in upgrade_logs(D):
         seen = set()
         for line in text.splitlines():
             m = UP_ROW.match(line)
