@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "db_layout.h"
 #include "glog/logging.h"
 #include "index.h"
 #include "kvnode/storage/read_path.h"
@@ -17,29 +18,12 @@
 namespace kvnode::storage {
 namespace {
 
-constexpr char kMetaCf[] = "kvnode.meta";
-constexpr char kGenerationKey[] = "generation";
-constexpr char kLastVersionKey[] = "last_version";
-constexpr char kSidePrefix[] = "side/";  // + SideRecord::key (docs/format.md)
-constexpr size_t kVersionPrefix = 8;     // RocksDB value = u64 version + value bytes
-
-std::string U64(uint64_t v) {
-  std::string s(8, '\0');
-  StoreU64(s.data(), v);
-  return s;
-}
-
-absl::Status FromRocks(const rocksdb::Status& s, absl::string_view what) {
-  if (s.ok()) return absl::OkStatus();
-  const std::string msg = absl::StrCat(what, ": rocksdb: ", s.ToString());
-  if (s.IsNotFound()) return absl::NotFoundError(msg);
-  if (s.IsCorruption()) return absl::DataLossError(msg);
-  if (s.IsIOError() && s.ToString().find("lock") != std::string::npos) {
-    return absl::UnavailableError(msg);  // held by another process
-  }
-  if (s.IsInvalidArgument()) return absl::InvalidArgumentError(msg);
-  return absl::InternalError(msg);
-}
+using dblayout::FromRocks;
+using dblayout::kGenerationKey;
+using dblayout::kLastVersionKey;
+using dblayout::kSidePrefix;
+using dblayout::kVersionPrefix;
+using dblayout::U64;
 
 absl::Status CheckKey(std::string_view key) {
   if (key.empty()) return absl::InvalidArgumentError("empty key");
@@ -120,11 +104,6 @@ rocksdb::DBOptions MakeDbOptions(bool create_if_missing) {
   return dbo;
 }
 
-std::vector<rocksdb::ColumnFamilyDescriptor> ColumnFamilies() {
-  return {{rocksdb::kDefaultColumnFamilyName, rocksdb::ColumnFamilyOptions()},
-          {kMetaCf, rocksdb::ColumnFamilyOptions()}};
-}
-
 // Opens, writes (synced), reopens (WAL replay), reads and closes a database
 // in `env` at `path`.
 rocksdb::Status WarmUpOnce(rocksdb::Env* env, const std::string& path) {
@@ -133,7 +112,7 @@ rocksdb::Status WarmUpOnce(rocksdb::Env* env, const std::string& path) {
   for (int round = 0; round < 2; ++round) {
     std::vector<rocksdb::ColumnFamilyHandle*> handles;
     rocksdb::DB* db = nullptr;
-    rocksdb::Status s = rocksdb::DB::Open(dbo, path, ColumnFamilies(), &handles, &db);
+    rocksdb::Status s = rocksdb::DB::Open(dbo, path, dblayout::ColumnFamilies(), &handles, &db);
     if (!s.ok()) return s;
     rocksdb::WriteOptions wo;
     wo.sync = true;
@@ -159,7 +138,7 @@ absl::Status Store::WarmUpDbCode() {
 
 absl::Status Store::OpenRocksDb() {
   rocksdb::DBOptions dbo = MakeDbOptions(options_.create_if_missing);
-  std::vector<rocksdb::ColumnFamilyDescriptor> descs = ColumnFamilies();
+  std::vector<rocksdb::ColumnFamilyDescriptor> descs = dblayout::ColumnFamilies();
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::DB* db = nullptr;
   rocksdb::Status s = rocksdb::DB::Open(dbo, options_.db_path, descs, &handles, &db);

@@ -13,6 +13,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "db_layout.h"
 #include "kvnode/client/load/verify.h"
 #include "kvnode/client/load/workload.h"
 #include "kvnode/storage/format.h"
@@ -23,27 +24,11 @@
 namespace kvnode::storage {
 namespace {
 
-// The store's RocksDB layout (storage/src/store.cc, docs/format.md): kept in
-// step by tests/storage/fill_test.cc, which opens the result with Store.
-constexpr char kMetaCf[] = "kvnode.meta";
-constexpr char kGenerationKey[] = "generation";
-constexpr char kLastVersionKey[] = "last_version";
-constexpr size_t kVersionPrefix = 8;
-
-absl::Status FromRocks(const rocksdb::Status& s, absl::string_view what) {
-  if (s.ok()) return absl::OkStatus();
-  const std::string msg = absl::StrCat(what, ": rocksdb: ", s.ToString());
-  if (s.IsIOError() && s.ToString().find("lock") != std::string::npos) {
-    return absl::UnavailableError(absl::StrCat(msg, " (is a node running on this database?)"));
-  }
-  return absl::InternalError(msg);
-}
-
-std::string U64(uint64_t v) {
-  std::string s(8, '\0');
-  StoreU64(s.data(), v);
-  return s;
-}
+using dblayout::FromRocks;
+using dblayout::kGenerationKey;
+using dblayout::kLastVersionKey;
+using dblayout::kVersionPrefix;
+using dblayout::U64;
 
 // Reads a u64 meta record; 0 when absent.
 absl::StatusOr<uint64_t> ReadMeta(rocksdb::DB* db, rocksdb::ColumnFamilyHandle* cf, const char* key,
@@ -96,13 +81,15 @@ absl::StatusOr<FillResult> FillDb(const FillOptions& options,
   rocksdb::DBOptions dbo;
   dbo.create_if_missing = true;
   dbo.create_missing_column_families = true;
-  const rocksdb::ColumnFamilyOptions cfo;
+  const std::vector<rocksdb::ColumnFamilyDescriptor> descs = dblayout::ColumnFamilies();
   Db d;
-  {
-    std::vector<rocksdb::ColumnFamilyDescriptor> descs = {{rocksdb::kDefaultColumnFamilyName, cfo},
-                                                          {kMetaCf, cfo}};
-    rocksdb::Status s = rocksdb::DB::Open(dbo, options.db_path, descs, &d.cfs, &d.db);
-    if (!s.ok()) return FromRocks(s, absl::StrCat("open database ", options.db_path));
+  if (absl::Status s = FromRocks(rocksdb::DB::Open(dbo, options.db_path, descs, &d.cfs, &d.db),
+                                 absl::StrCat("open database ", options.db_path));
+      !s.ok()) {
+    if (absl::IsUnavailable(s)) {
+      return absl::UnavailableError(absl::StrCat(s.message(), " (is a node running on it?)"));
+    }
+    return s;
   }
   {
     std::unique_ptr<rocksdb::Iterator> it(d.db->NewIterator(rocksdb::ReadOptions(), d.cfs[0]));
@@ -137,7 +124,7 @@ absl::StatusOr<FillResult> FillDb(const FillOptions& options,
     }
   } remove_tmp{tmp};
 
-  rocksdb::Options sst_options(dbo, cfo);
+  rocksdb::Options sst_options(dbo, descs[0].options);
   std::vector<std::string> files;
   std::string record(kVersionPrefix + options.value_size, '\0');
   const std::span<char> value(record.data() + kVersionPrefix, options.value_size);

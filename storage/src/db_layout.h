@@ -1,0 +1,57 @@
+// The store's RocksDB layout (docs/format.md), shared by the store and the
+// offline fill tool (storage/tools/fill.cc), which writes the same records
+// without a node. Internal to storage/.
+#ifndef KVNODE_STORAGE_SRC_DB_LAYOUT_H_
+#define KVNODE_STORAGE_SRC_DB_LAYOUT_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "kvnode/storage/format.h"
+#include "rocksdb/db.h"
+#include "rocksdb/options.h"
+#include "rocksdb/status.h"
+
+namespace kvnode::storage::dblayout {
+
+// Column families: [0] the data (key -> u64 version + value bytes), [1] meta.
+inline constexpr char kMetaCf[] = "kvnode.meta";
+inline constexpr char kGenerationKey[] = "generation";
+inline constexpr char kLastVersionKey[] = "last_version";
+inline constexpr char kSidePrefix[] = "side/";  // + SideRecord::key (docs/format.md)
+inline constexpr size_t kVersionPrefix = 8;     // RocksDB value = u64 version + value bytes
+
+inline std::vector<rocksdb::ColumnFamilyDescriptor> ColumnFamilies() {
+  return {{rocksdb::kDefaultColumnFamilyName, rocksdb::ColumnFamilyOptions()},
+          {kMetaCf, rocksdb::ColumnFamilyOptions()}};
+}
+
+// A u64 meta record's bytes.
+inline std::string U64(uint64_t v) {
+  std::string s(8, '\0');
+  StoreU64(s.data(), v);
+  return s;
+}
+
+// A RocksDB status as a Status saying `what` failed; the database's lock held
+// by another process is Unavailable.
+inline absl::Status FromRocks(const rocksdb::Status& s, absl::string_view what) {
+  if (s.ok()) return absl::OkStatus();
+  const std::string msg = absl::StrCat(what, ": rocksdb: ", s.ToString());
+  if (s.IsNotFound()) return absl::NotFoundError(msg);
+  if (s.IsCorruption()) return absl::DataLossError(msg);
+  if (s.IsIOError() && s.ToString().find("lock") != std::string::npos) {
+    return absl::UnavailableError(msg);  // held by another process
+  }
+  if (s.IsInvalidArgument()) return absl::InvalidArgumentError(msg);
+  return absl::InternalError(msg);
+}
+
+}  // namespace kvnode::storage::dblayout
+
+#endif  // KVNODE_STORAGE_SRC_DB_LAYOUT_H_
