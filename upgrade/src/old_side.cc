@@ -617,11 +617,8 @@ void OldSide::Watchdog(std::shared_ptr<Attempt> ap) {
 
 int OldSide::FinishAfterRun(const absl::Status& run_status) {
   const int code = run_status.ok() ? 0 : 3;
-  if (!handed_off_.load()) {
-    ReapThreads();
-    return code;
-  }
   ReapThreads();
+  if (!handed_off_.load()) return code;
   Attempt& a = *done_;
   metrics_->SetLast("o_dereg",
                     absl::Now() - (a.dereg_start == absl::Time() ? a.phase_start : a.dereg_start));
