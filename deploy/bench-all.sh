@@ -257,7 +257,7 @@ if ((do_build)); then
   deploy/install-deps.sh
   log "building (Release) in $build"
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
-  cmake --build "$build" -j 2 --target kvnode kvload kvctl kvfill kvnode_raw_client rdma_bench
+  cmake --build "$build" -j 2 --target kvnode kvload kvctl kvfill kvnode_admin_request rdma_bench
 fi
 {
   echo "command=$cmdline"

@@ -85,7 +85,7 @@ if ((!inner)); then
   mkdir -p "$out"
   if ((do_build)); then
     cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
-    cmake --build "$build" -j 2 --target kvnode kvload kvctl kvnode_raw_client
+    cmake --build "$build" -j 2 --target kvnode kvload kvctl kvnode_admin_request
   fi
   args=(--inner --sizes "$sizes" --depths "$depths" --reps "$reps" --duration "$duration"
     --keys "$keys" --spin "$spin" --short_duration "$short_duration" --out "$out")
@@ -128,14 +128,18 @@ skip() {
 
 # Is a TCP port listening? Read /proc directly: under TCG every fork (ss,
 # grep) costs seconds.
+# Each file is read whole (mapfile): a `read` loop left early would keep the
+# rest in bash's input buffer, to be returned by the next `read` of a file.
 port_listening() {
-  local hex sl loc rem st rest f
+  local hex sl loc rem st rest f l lines
   printf -v hex '%04X' "$1"
   for f in /proc/net/tcp /proc/net/tcp6; do
     [[ -r $f ]] || continue
-    while read -r sl loc rem st rest; do
+    mapfile -t lines <"$f"
+    for l in "${lines[@]}"; do
+      read -r sl loc rem st rest <<<"$l"
       [[ $st == 0A && $loc == *":$hex" ]] && return 0
-    done <"$f"
+    done
   done
   return 1
 }

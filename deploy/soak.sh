@@ -55,7 +55,7 @@ options:
                      n_open_db/n_accepting pauses writes for the Owned deadline
                      (20 s here) plus RocksDB close and reopen, ~30 s under TCG)
   --build DIR        build directory (default $KVNODE_BUILD_DIR or build/)
-  --no-build         do not build kvnode kvload kvctl kvnode_raw_client first
+  --no-build         do not build kvnode kvload kvctl kvnode_admin_request first
   --vm_timeout S     guest time limit when run in deploy/rxe-vm (default:
                      600 + 120 per upgrade, or 900 + 60 per --max_minutes
                      when that is less)
@@ -103,7 +103,7 @@ done
 if ((inner == 0)); then
   if ((do_build)); then
     cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-    cmake --build "$build" -j 2 --target kvnode kvload kvctl kvnode_raw_client
+    cmake --build "$build" -j 2 --target kvnode kvload kvctl kvnode_admin_request
   fi
   args=(--inner --upgrades "$upgrades" --max_minutes "$max_minutes" --fault_every "$fault_every" --churn_every "$churn_every"
     --seed "$seed" --clients "$clients" --keys "$keys" --op_timeout_ms "$op_timeout")
@@ -164,7 +164,7 @@ while ((\$#)); do
   esac
   shift
 done
-fault=\$(cat "$dir/fault" 2>/dev/null || true)
+fault=\$(<"$dir/fault") 2>/dev/null || true
 exec "$real" "\${args[@]}" "\${listen[@]}" --build_id=build-$b \\
   --upgrade_binary="$dir/kvnode-$other" --upgrade_fault="\$fault"
 EOF
@@ -174,28 +174,59 @@ EOF
 }
 
 # --- probes of the node's state ---------------------------------------------------
-# Cheap on purpose (one `rdma` call per kind, one `ls` of the fds): they are
-# polled under TCG, where every fork costs.
+# Cheap on purpose: they are polled under TCG, where every fork+exec costs
+# 40-150 ms. One `rdma` call per kind, one `find` of the fds, the rest builtins.
 # Open fds of PID, RocksDB's table (*.sst) and WAL (*.log) files excepted: their
 # number follows flushes and compactions (each upgrade and rollback flushes).
-fd_count() { ls -l "/proc/$1/fd" 2>/dev/null | grep -- ' -> ' | grep -Evc '/db/[^/]*\.(sst|log)$' || true; }
+fd_count() {
+  local l n=0 re='/db/[^/]*\.(sst|log)$'
+  while read -r l; do [[ $l =~ $re ]] || n=$((n + 1)); done < <(find "/proc/$1/fd" -mindepth 1 -maxdepth 1 -printf '%l\n' 2>/dev/null)
+  echo "$n"
+}
 fd_list() { ls -l "/proc/$1/fd" 2>/dev/null | grep -o -- '-> .*' | sed 's/^-> //;s/.*\///' | sort | uniq -c | tr -s ' \n' ' '; }
-rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status" 2>/dev/null || echo "?"; }
-shm_list() { ls /dev/shm | grep -F "$KV_SHM" | tr '\n' ' ' || true; }
-children_of() { cat /proc/"$1"/task/*/children 2>/dev/null | tr -s ' \n' ' ' | sed 's/^ //;s/ $//'; }
+# /proc files are read whole with mapfile: a `read` loop left early keeps the
+# rest of the file in bash's input buffer for that fd number, and the next
+# `read` from a redirected file gets those lines instead of its own.
+rss_kib() {
+  local l lines=()
+  { mapfile -t lines; } 2>/dev/null <"/proc/$1/status"
+  for l in "${lines[@]}"; do [[ $l =~ ^VmRSS:[[:space:]]+([0-9]+) ]] && { echo "${BASH_REMATCH[1]}"; return; }; done
+  echo "?"
+}
+shm_list() {
+  local f out=""
+  for f in /dev/shm/*"$KV_SHM"*; do [[ -e $f ]] && out+="${f##*/} "; done
+  echo "$out"
+}
+children_of() {
+  local f all="" c words
+  for f in /proc/"$1"/task/*/children; do
+    c=()
+    { mapfile -t c; } 2>/dev/null <"$f"
+    all+=" ${c[*]}"
+  done
+  read -r -a words <<<"$all"
+  echo "${words[*]}"
+}
 clients_are() { [[ $(kv_stat clients) == "$1" ]]; }
 # KIND PID -> "objects-of-PID's-threads all-objects kvnode-objects-of-other-pids"
 # (`rdma resource show` names the thread that created an object, as
 # up_rdma_count in upgrade_lib.sh explains).
 rdma_counts() {
-  local tids
-  tids=" $(ls "/proc/$2/task" 2>/dev/null | tr '\n' ' ') "
-  rdma resource show "$1" 2>/dev/null | awk -v tids="$tids" '
-    NF { all++
-         p = ""; for (i = 1; i < NF; i++) if ($i == "pid") p = $(i + 1)
-         if (p != "" && index(tids, " " p " ")) own++
-         else if ($0 ~ / comm kvnode/) foreign++ }
-    END { printf "%d %d %d\n", own, all, foreign }'
+  local t tids=" " l p own=0 all=0 foreign=0 re='.* pid ([0-9]+)( |$)'
+  for t in /proc/"$2"/task/*; do tids+="${t##*/} "; done
+  while read -r l; do
+    [[ -n $l ]] || continue
+    all=$((all + 1))
+    p=""
+    [[ " $l" =~ $re ]] && p=${BASH_REMATCH[1]}
+    if [[ -n $p && $tids == *" $p "* ]]; then
+      own=$((own + 1))
+    elif [[ " $l" == *" comm kvnode"* ]]; then
+      foreign=$((foreign + 1))
+    fi
+  done < <(rdma resource show "$1" 2>/dev/null)
+  echo "$own $all $foreign"
 }
 
 # Sets S_QP S_MR (the node's) S_TQP S_TMR (system-wide: kvload's too) S_FOREIGN
@@ -260,7 +291,7 @@ check_load() { # LOG PID NAME: alive and no error yet
 done_ups=0 faults=0 churns=0 summary_done=0 fail_msg="" load_pid="" churn_pid=""
 declare -A cell_count=() cell_ms=()
 owned_ms=() windows=() fault_cells=""
-t_start=$(date +%s%N) t_base=0 time_up=0
+t_start=$(kv_now_ns) t_base=0 time_up=0
 B_QP=? B_MR=? B_TQP=? B_TMR=? B_FD=? B_RSS=?
 S_QP=? S_MR=? S_TQP=? S_TMR=? S_FD=? S_RSS=?
 
@@ -294,7 +325,7 @@ summary() {
     load_pid=""
     ((LOAD_RC == 0)) || rc=1
   fi
-  local wall=$((($(date +%s%N) - t_start) / 1000000000))
+  local wall=$((($(kv_now_ns) - t_start) / 1000000000))
   echo "================ soak summary ================"
   echo "command:   deploy/soak.sh --upgrades $upgrades --max_minutes $max_minutes --fault_every $fault_every --churn_every $churn_every --seed $seed --clients $clients --keys $keys --op_timeout_ms $op_timeout${cells:+ --cells $cells}"
   echo "result:    $( ((rc == 0)) && echo CLEAN || echo "FAILED${fail_msg:+: $fail_msg}")"
@@ -343,7 +374,7 @@ soak_exit() {
   local rc=$?
   set +e
   summary "$rc"
-  if [[ -n ${RXE_VM_RESULTS:-} && $rc -ne 0 && -d ${KV_DIR:-} ]]; then
+  if [[ -n ${RXE_VM_RESULTS:-} && ($rc -ne 0 || $keep -eq 1) && -d ${KV_DIR:-} ]]; then
     # Regular files only: the admin socket is a special file 9p refuses.
     (cd "$KV_DIR" && find . -path ./db -prune -o -type f \( -name '*.log' -o -name '*.json' -o -name '*.out' \) -print |
       tar -cf - -T - 2>/dev/null) | (mkdir -p "$RXE_VM_RESULTS/soak" && tar -xf - -C "$RXE_VM_RESULTS/soak") &&
@@ -375,7 +406,7 @@ load_pid=$!
 # kvload's timeline starts when its preload ends (it logs that line then).
 preloaded() { grep -aq 'kvload: preloaded' "$KV_DIR/kvload.log"; }
 kv_wait_for 300 preloaded || soak_fail "kvload did not finish its preload within 300 s"
-t_base=$(date +%s%N)
+t_base=$(kv_now_ns)
 kv_wait_for 120 clients_are "$clients" || soak_fail "kvload's $clients clients did not connect"
 kv_wait_for 120 kv_stat_at_least ops_put $((keys + 1000)) || soak_fail "no load after the preload"
 check_load "$KV_DIR/kvload.log" "$load_pid" kvload
@@ -396,11 +427,11 @@ fault_attempt() {
   local puts
   puts=$(kv_stat ops_put)
   echo "$cell" >"$bins/fault"
-  t0=$(date +%s%N)
+  t0=$(kv_now_ns)
   kill -USR2 "$KV_PID"
   rolled_back() { kv_stat_at_least rollbacks $((rb + 1)) && up_not_in_progress; }
   kv_wait_for 120 rolled_back || soak_fail "fault $cell: no rollback within 120 s (generation $(up_ping_field generation))"
-  ms=$((($(date +%s%N) - t0) / 1000000))
+  ms=$((($(kv_now_ns) - t0) / 1000000))
   : >"$bins/fault"
   [[ $(up_ping_field generation) == "$gen" && $(up_ping_field pid) == "$KV_PID" ]] ||
     soak_fail "fault $cell: expected generation $gen on pid $KV_PID after the rollback, got $(kv_admin ping)"
@@ -439,7 +470,7 @@ churn_stop() {
 
 time_up=0
 for ((i = 1; i <= upgrades; i++)); do
-  if ((max_minutes > 0 && $(date +%s%N) - t_start > max_minutes * 60000000000)); then
+  if ((max_minutes > 0 && $(kv_now_ns) - t_start > max_minutes * 60000000000)); then
     time_up=1
     kv_log "--max_minutes $max_minutes reached after $done_ups upgrades: finishing"
     break
@@ -485,19 +516,19 @@ for ((i = 1; i <= upgrades; i++)); do
   ((i % 2 == 0)) && want=build-a
   [[ $bid == "$want" ]] || soak_fail "upgrade $i: build id $bid, expected $want"
   if ((churn)); then
-    t_c=$(date +%s%N)
+    t_c=$(kv_now_ns)
     kv_wait_for 120 clients_are $((clients + 2)) || soak_fail "upgrade $i: churn clients not on the new process ($(kv_stat clients))"
-    t_c1=$(date +%s%N)
+    t_c1=$(kv_now_ns)
     churn_stop "$i"
-    kv_log "upgrade $i: churn kvload $churns on the new process $(((t_c1 - t_c) / 1000000)) ms after the old one's exit, stopped clean in $((($(date +%s%N) - t_c1) / 1000000)) ms"
+    kv_log "upgrade $i: churn kvload $churns on the new process $(((t_c1 - t_c) / 1000000)) ms after the old one's exit, stopped clean in $((($(kv_now_ns) - t_c1) / 1000000)) ms"
   fi
   check_load "$KV_DIR/kvload.log" "$load_pid" kvload
-  t_chk=$(date +%s%N) WAITED_FOR=""
+  t_chk=$(kv_now_ns) WAITED_FOR=""
   kv_wait_for 120 steady || soak_fail "upgrade $i: not back to the steady state within 120 s (waited for: $WAITED_FOR): $(state_line) children '$S_CHILD' shm '$S_SHM' foreign $S_FOREIGN (start: QP $B_QP/$B_TQP MR $B_MR/$B_TMR fd $B_FD shm $B_SHM; fds now: $(fd_list "$KV_PID"); at start: $B_FDS)"
   printf '[soak %s] upgrade %d/%d: %s -> %s (%s) owned %d ms, old exit %d ms, steady %d ms later%s (%s%s); %s\n' \
     "$(date +%H:%M:%S)" "$i" "$upgrades" "$UP_OLD" "$UP_NEW" "$bid" \
     $(((UP_OWNED_NS - UP_SIG_NS) / 1000000)) $(((UP_EXIT_NS - UP_SIG_NS) / 1000000)) \
-    $((($(date +%s%N) - t_chk) / 1000000)) "${WAITED_FOR:+ (waited for: $WAITED_FOR)}" "$how" "$note" "$(state_line)"
+    $((($(kv_now_ns) - t_chk) / 1000000)) "${WAITED_FOR:+ (waited for: $WAITED_FOR)}" "$how" "$note" "$(state_line)"
 done
 
 # --- the end: kvload's verdict, the audit, a clean stop --------------------------------

@@ -16,13 +16,26 @@ set -euo pipefail
 KV_BUILD=${KVNODE_BUILD_DIR:?KVNODE_BUILD_DIR must point at the build directory}
 KV_NODE_BIN=${KV_NODE_BIN:-$KV_BUILD/server/kvnode}
 KV_RAW_CLIENT=${KV_RAW_CLIENT:-$KV_BUILD/tests/e2e/kvnode_raw_client}
+KV_ADMIN_REQUEST=${KV_ADMIN_REQUEST:-$KV_BUILD/tests/e2e/kvnode_admin_request}
 KV_KVCTL=${KV_KVCTL:-$KV_BUILD/client/tools/kvctl}
 KV_KVLOAD=${KV_KVLOAD:-$KV_BUILD/client/tools/kvload}
 KV_STOP_TIMEOUT=${KV_STOP_TIMEOUT:-15}
 KV_TEST=$(basename "${BASH_SOURCE[1]:-$0}" .sh)
 KV_PID=""
 
-kv_log() { echo "[$KV_TEST $(date +%H:%M:%S)] $*" >&2; }
+# Under TCG every fork+exec costs 40-150 ms (a `date`, a `sleep`, each stage of a
+# pipe), and the upgrade scripts poll hundreds of times: the hot helpers below
+# use bash builtins instead (printf's %(...)T, $EPOCHREALTIME, read -t, =~).
+kv_log() { printf '[%s %(%H:%M:%S)T] %s\n' "$KV_TEST" -1 "$*" >&2; }
+# Nanoseconds since the epoch, like `date +%s%N` (microsecond resolution);
+# the separator of EPOCHREALTIME follows the locale, hence the strip.
+kv_now_ns() { echo $((${EPOCHREALTIME//[!0-9]/} * 1000)); }
+# Sleeps S seconds without a fork: read -t on a FIFO that nobody writes
+# (opened read-write, so the open does not block). Used only as the poll
+# interval of a condition with a deadline.
+KV_NAP_FIFO=$(mktemp -u "/tmp/kv-nap.$$.XXXXXX")
+mkfifo -m 600 "$KV_NAP_FIFO"
+kv_nap() { read -r -t "$1" <>"$KV_NAP_FIFO" || true; }
 kv_ok() { kv_log "ok: $*"; }
 kv_fail() {
   kv_log "FAIL: $*"
@@ -45,29 +58,31 @@ kv_require_device() {
 
 # Waits until COMMAND succeeds or DEADLINE_S passes: kv_wait_for 10 cmd args...
 kv_wait_for() {
-  local deadline=$(($(date +%s%N) + $1 * 1000000000))
+  local deadline=$((${EPOCHREALTIME//[!0-9]/} + $1 * 1000000))
   shift
   while ! "$@" >/dev/null 2>&1; do
-    if (($(date +%s%N) > deadline)); then return 1; fi
-    sleep 0.05  # poll interval of a condition with a deadline, not a synchronisation
+    if ((${EPOCHREALTIME//[!0-9]/} > deadline)); then return 1; fi
+    kv_nap 0.05 # poll interval of a condition with a deadline, not a synchronisation
   done
 }
 
-# One admin request through the Unix socket (the raw client's admin mode:
-# python or kvctl start far too slowly under TCG).
-kv_admin() { "$KV_RAW_CLIENT" --mode admin --admin_socket "$KV_ADMIN" --cmd "$*"; }
+# One admin request through the Unix socket, by a static binary (python, kvctl
+# or any dynamically linked client start far too slowly under TCG).
+kv_admin() { "$KV_ADMIN_REQUEST" "$KV_ADMIN" "$*"; }
 
 # kv_stat KEY -> the number of a flat key of `stats`, or of an error kind
 # (errors.KIND). Names are unique in the answer, so a grep suffices.
 kv_stat() {
-  local key=${1##*.}  # last component: names are unique in the answer
-  kv_admin stats | grep -o "\"$key\":[0-9.]*" | sed -n 1p | cut -d: -f2
+  local re="\"${1##*.}\":([0-9.]+)" a # last component: names are unique in the answer
+  a=$(kv_admin stats) || return 1
+  [[ $a =~ $re ]] && echo "${BASH_REMATCH[1]}"
 }
 
 # Number of objects (qp|mr) the kernel lists for PID (default: the node).
 kv_rdma_count() {
-  local kind=$1 pid=${2:-$KV_PID}
-  rdma resource show "$kind" 2>/dev/null | grep -c " pid $pid " || true
+  local kind=$1 pid=${2:-$KV_PID} l n=0
+  while read -r l; do [[ " $l " == *" pid $pid "* ]] && n=$((n + 1)); done < <(rdma resource show "$kind" 2>/dev/null)
+  echo "$n"
 }
 
 kv_start_node() {
@@ -96,18 +111,18 @@ kv_stop_node() {
   local keep=${1:-}
   [[ -n $KV_PID ]] || return 0
   local t0 rc=0
-  t0=$(date +%s%N)
+  t0=$(kv_now_ns)
   kill -TERM "$KV_PID"
   local deadline=$((t0 + KV_STOP_TIMEOUT * 1000000000))
   while kill -0 "$KV_PID" 2>/dev/null; do
-    if (($(date +%s%N) > deadline)); then
+    if (($(kv_now_ns) > deadline)); then
       kill -KILL "$KV_PID" || true
       kv_fail "node did not exit within $KV_STOP_TIMEOUT s of SIGTERM"
     fi
-    sleep 0.05  # poll interval
+    kv_nap 0.05 # poll interval
   done
   wait "$KV_PID" || rc=$?
-  local ms=$((($(date +%s%N) - t0) / 1000000))
+  local ms=$((($(kv_now_ns) - t0) / 1000000))
   [[ $rc -eq 0 ]] || kv_fail "node exited $rc after SIGTERM"
   grep -q "clean shutdown: no verbs object left" "$KV_LOG" || kv_fail "no clean-shutdown line"
   local qps mrs
@@ -131,6 +146,7 @@ kv_cleanup() {
   local j
   for j in $(jobs -p); do kill -KILL "$j" 2>/dev/null || true; done
   [[ -n ${KV_SHM:-} ]] && rm -f "/dev/shm/$KV_SHM"
+  rm -f "$KV_NAP_FIFO"
   return 0
 }
 trap kv_cleanup EXIT

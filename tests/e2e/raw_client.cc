@@ -20,9 +20,6 @@
 // with kvnode_security_client).
 #include <gflags/gflags.h>
 #include <infiniband/verbs.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -47,8 +44,6 @@ DEFINE_double(duration_s, 10, "steady: run this long");
 DEFINE_string(key_prefix, "k", "key prefix (distinct per concurrent client)");
 DEFINE_string(rdma_device, "", "verbs device (default: first ACTIVE)");
 DEFINE_double(timeout_s, 10, "deadline for each expected answer");
-DEFINE_string(admin_socket, "", "--mode=admin: the node's admin socket");
-DEFINE_string(cmd, "ping", "--mode=admin: the request line");
 
 namespace {
 
@@ -94,33 +89,8 @@ void PutGetRound(Session& s, int n, int version) {
   }
 }
 
-// One admin request; prints the answer. Exit 1 if the socket is not there.
-int Admin() {
-  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_un sun{};
-  sun.sun_family = AF_UNIX;
-  if (FLAGS_admin_socket.size() >= sizeof(sun.sun_path)) return 1;
-  std::memcpy(sun.sun_path, FLAGS_admin_socket.data(), FLAGS_admin_socket.size());
-  if (connect(fd, reinterpret_cast<sockaddr*>(&sun), sizeof(sun)) != 0) return 1;
-  const std::string line = FLAGS_cmd + "\n";
-  if (!proto::WriteAll(fd, proto::AsBytes(line), Deadline()).ok()) return 1;
-  std::string out;
-  char buf[65536];
-  for (;;) {
-    pollfd p{fd, POLLIN, 0};
-    if (poll(&p, 1, static_cast<int>(FLAGS_timeout_s * 1000)) <= 0) return 1;
-    const ssize_t n = read(fd, buf, sizeof(buf));
-    if (n < 0) return 1;
-    if (n == 0) break;
-    out.append(buf, static_cast<size_t>(n));
-  }
-  std::cout << out;
-  return out.empty() ? 1 : 0;
-}
-
 int Main() {
   const std::string& m = FLAGS_mode;
-  if (m == "admin") return Admin();
   if (m == "put_get") {
     auto s = Open();
     PutGetRound(*s, FLAGS_n, 1);

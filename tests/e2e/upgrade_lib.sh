@@ -52,16 +52,26 @@ up_rdma_foreign() {
   done
 }
 
+# Read whole with mapfile (see rss_kib in deploy/soak.sh for why not `read`).
 up_gone() {
-  [[ ! -e /proc/$1 ]] && return 0
-  grep -q '^State:[[:space:]]*Z' "/proc/$1/status" 2>/dev/null
+  local l lines=()
+  [[ -e /proc/$1 ]] || return 0
+  { mapfile -t lines; } 2>/dev/null <"/proc/$1/status"
+  for l in "${lines[@]}"; do
+    [[ $l =~ ^State:[[:space:]]+(.) ]] && { [[ ${BASH_REMATCH[1]} == Z ]]; return; }
+  done
+  return 0 # the status file vanished: gone
 }
 
 up_exit_logged() { grep -q "kvnode: exit 0 (pid $1," "$KV_LOG"; }
 
-up_ping_field() { kv_admin ping | grep -o "\"$1\":[0-9]*" | cut -d: -f2; }
+up_ping_field() {
+  local re="\"$1\":([0-9]+)" a
+  a=$(kv_admin ping) || return 1
+  [[ $a =~ $re ]] && echo "${BASH_REMATCH[1]}"
+}
 up_generation_is() { [[ $(up_ping_field generation) == "$1" ]]; }
-up_not_in_progress() { kv_admin stats | grep -q '"upgrade_in_progress":false'; }
+up_not_in_progress() { [[ $(kv_admin stats) == *'"upgrade_in_progress":false'* ]]; }
 
 UP_FIRST_PID=""
 up_upgrade() {
@@ -69,7 +79,7 @@ up_upgrade() {
   local gen
   gen=$(up_ping_field generation)
   UP_OLD=$(up_ping_field pid)
-  UP_SIG_NS=$(date +%s%N)
+  UP_SIG_NS=$(kv_now_ns)
   if [[ $how == kvctl ]]; then
     "$KV_KVCTL" --admin_socket "$KV_ADMIN" upgrade >/dev/null || kv_fail "kvctl upgrade refused"
   else
@@ -77,10 +87,10 @@ up_upgrade() {
   fi
   kv_wait_for 90 up_generation_is $((gen + 1)) ||
     kv_fail "generation $((gen + 1)) did not answer within 90 s of the upgrade request"
-  UP_OWNED_NS=$(date +%s%N)
+  UP_OWNED_NS=$(kv_now_ns)
   UP_NEW=$(up_ping_field pid)
   kv_wait_for 30 up_gone "$UP_OLD" || kv_fail "old process $UP_OLD still alive 30 s after Owned"
-  UP_EXIT_NS=$(date +%s%N)
+  UP_EXIT_NS=$(kv_now_ns)
   if [[ $UP_OLD == "$UP_FIRST_PID" ]]; then
     local rc=0
     wait "$UP_OLD" || rc=$?
