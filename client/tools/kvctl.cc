@@ -3,7 +3,7 @@
 //   kvctl [--admin_socket PATH] [--json] [--timeout_ms N] COMMAND [ARGS]
 //
 // Commands: ping, stats, metrics (Prometheus text), mrs, clients,
-// upgrade [--binary PATH], drain. Human-readable output by default, the
+// upgrade [--binary PATH], drain [SECONDS]. Human-readable output by default, the
 // node's raw JSON with --json. Exit status: 0 ok, 1 the node answered an
 // error, 2 no answer (not running, wrong socket, time-out) or bad usage.
 #include <gflags/gflags.h>
@@ -137,7 +137,9 @@ int main(int argc, char** argv) {
   gflags::SetUsageMessage(
       "admin tool of a running kvnode.\n"
       "  kvctl [--admin_socket PATH] [--json] COMMAND\n"
-      "  commands: ping | stats | metrics | mrs | clients | upgrade [--binary PATH] | drain");
+      "  commands: ping | stats | metrics | mrs | clients | upgrade [--binary PATH] |\n"
+      "            drain [SECONDS]  (refuse new sessions; the node exits once its clients\n"
+      "                              have left, or after SECONDS, default 300)");
   // --help lists this program's own flags; --helpfull adds gflags' and glog's.
   gflags::ParseCommandLineNonHelpFlags(&argc, &argv, true);
   if (FLAGS_help) {
@@ -161,6 +163,8 @@ int main(int argc, char** argv) {
   if (cmd == "upgrade") {
     if (!FLAGS_binary.empty()) words.push_back(FLAGS_binary);
     for (int i = 2; i < argc; ++i) words.push_back(argv[i]);
+  } else if (cmd == "drain" && argc == 3) {
+    words.push_back(argv[2]);
   } else if (argc > 2) {
     std::fprintf(stderr, "kvctl: '%s' takes no arguments\n", cmd.c_str());
     return 2;
@@ -200,6 +204,13 @@ int main(int argc, char** argv) {
     if (j.contains("pid")) std::printf(" (pid %s)", Scalar(j["pid"]).c_str());
     if (j.contains("generation")) std::printf(" generation %s", Scalar(j["generation"]).c_str());
     std::printf("\n");
+    return 0;
+  }
+  if (cmd == "drain") {
+    std::printf(
+        "draining: new sessions are refused; the node exits once its %s client(s) have "
+        "left, or in %s s\n",
+        Scalar(j.value("clients", json(0))).c_str(), Scalar(j.value("timeout_s", json(0))).c_str());
     return 0;
   }
   if (cmd == "mrs" || cmd == "clients") {

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 
@@ -73,10 +74,11 @@ absl::StatusOr<AdminRequest> ParseAdminRequest(std::string_view line) {
     max_args = 1;
   } else if (w == "drain") {
     req.command = AdminCommand::kDrain;
+    max_args = 1;
   } else {
     return absl::InvalidArgumentError(
         absl::StrCat("admin: unknown command '", w.substr(0, 64),
-                     "' (ping, stats, metrics, mrs, clients, upgrade [BINARY], drain)"));
+                     "' (ping, stats, metrics, mrs, clients, upgrade [BINARY], drain [SECONDS])"));
   }
   if (words.size() - 1 > max_args) {
     return absl::InvalidArgumentError(
@@ -84,6 +86,16 @@ absl::StatusOr<AdminRequest> ParseAdminRequest(std::string_view line) {
   }
   req.args.assign(words.begin() + 1, words.end());
   return req;
+}
+
+absl::StatusOr<uint32_t> DrainTimeoutSeconds(const AdminRequest& req) {
+  if (req.args.empty()) return kDefaultDrainTimeoutS;
+  uint32_t s = 0;
+  if (!absl::SimpleAtoi(req.args[0], &s) || s < 1 || s > 86400) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "admin: drain takes a timeout of 1..86400 s, not '", req.args[0].substr(0, 64), "'"));
+  }
+  return s;
 }
 
 std::string AccessFlagsString(int access) {
@@ -110,6 +122,11 @@ std::string AdminPingAnswer(uint64_t generation, int64_t pid, std::string_view l
                    {"generation", generation},
                    {"pid", pid},
                    {"listen", std::string(listen)}});
+}
+
+std::string DrainAnswer(uint64_t clients, uint32_t timeout_s) {
+  return Line(
+      json{{"ok", true}, {"drain", "started"}, {"clients", clients}, {"timeout_s", timeout_s}});
 }
 
 std::string StatsAnswer(const StatsView& v) {
@@ -150,6 +167,7 @@ std::string StatsAnswer(const StatsView& v) {
         {"evictions", v.arena.evictions}}},
       {"upgrade_in_progress", v.upgrade_in_progress},
       {"writes_paused", v.writes_paused},
+      {"draining", v.draining},
       {"upgrades", c.of(Counter::kUpgrades)},
       {"rollbacks", c.of(Counter::kRollbacks)},
   };
@@ -200,6 +218,8 @@ std::string RenderPrometheus(const StatsView& v) {
   metric("upgrade_in_progress", "gauge", "1 while a live upgrade runs.",
          v.upgrade_in_progress ? 1 : 0);
   metric("writes_paused", "gauge", "1 while writes are answered BUSY.", v.writes_paused ? 1 : 0);
+  metric("draining", "gauge", "1 once `drain` was accepted: no new sessions, exit when empty.",
+         v.draining ? 1 : 0);
   metric("upgrades_total", "counter", "Completed live upgrades.", c.of(Counter::kUpgrades));
   metric("rollbacks_total", "counter", "Live upgrades rolled back.", c.of(Counter::kRollbacks));
   metric("clients", "gauge", "Client sessions in Ready.", v.clients);

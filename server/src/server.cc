@@ -122,6 +122,8 @@ class ServerImpl {
   void CloseAdmin(AdminConn& a);
   void OnSignal();
   void Timers();
+  void StartDrain(AdminConn& a, const AdminRequest& req);
+  size_t DrainingClients() const;
   void Shutdown();
   StatsView Stats() const;
   Conn* FindConn(uint64_t id) {
@@ -138,6 +140,10 @@ class ServerImpl {
   std::atomic<bool> handed_off_{false};
   std::atomic<bool> upgrade_in_progress_{false};
   std::atomic<bool> writes_paused_{false};
+  // Admin `drain`: no new sessions; Timers() shuts the node down once no
+  // client is left or at drain_deadline_ (control thread only).
+  std::atomic<bool> draining_{false};
+  absl::Time drain_deadline_ = absl::InfiniteFuture();
   bool accepting_ = true;
   // Set by Server::SetUpgradeHandler (bound to the owning Server).
   std::function<void(std::optional<std::string>, std::function<void(std::string)>)>
@@ -556,7 +562,10 @@ void ServerImpl::OnSignal() {
         shutdown_requested_.store(true);
         break;
       case SIGUSR2:
-        if (upgrade_handler_) {
+        if (draining_.load()) {
+          LOG(WARNING) << "SIGUSR2 from pid " << si.ssi_pid
+                       << ": live upgrade refused: the node is draining";
+        } else if (upgrade_handler_) {
           LOG(INFO) << "SIGUSR2 from pid " << si.ssi_pid << ": live upgrade requested";
           upgrade_handler_(std::nullopt,
                            [](std::string answer) { LOG(INFO) << "upgrade: " << answer; });
@@ -654,8 +663,10 @@ void ServerImpl::OnConnEvents(Conn& c, std::vector<ControlSession::Event>& event
   const uint64_t id = c.id;
   for (ControlSession::Event& ev : events) {
     if (auto* h = std::get_if<ControlSession::HelloEvent>(&ev)) {
-      if (!accepting_ || shutdown_requested_.load()) {
-        c.session.Goodbye(proto::GoodbyeReason::kShutdown, "node is not accepting sessions");
+      if (!accepting_ || shutdown_requested_.load() || draining_.load()) {
+        c.session.Goodbye(proto::GoodbyeReason::kShutdown,
+                          draining_.load() ? "node is draining: not accepting new sessions"
+                                           : "node is not accepting sessions");
         continue;
       }
       // Admission happens on the data thread (CreateSession): it frees a
@@ -874,6 +885,16 @@ void ServerImpl::Timers() {
     metrics_.Error(ErrorKind::kAdminBadRequest);
     CloseAdmin(*admins_.at(id));
   }
+  if (draining_.load() && !shutdown_requested_.load()) {
+    if (const size_t left = DrainingClients(); left == 0) {
+      LOG(INFO) << "drain: every client has left; shutting down";
+      shutdown_requested_.store(true);
+    } else if (now >= drain_deadline_) {
+      LOG(WARNING) << "drain: " << left << " client(s) still connected at the deadline; "
+                   << "shutting down (they are told Goodbye)";
+      shutdown_requested_.store(true);
+    }
+  }
 }
 
 // --- admin ------------------------------------------------------------------
@@ -1003,6 +1024,10 @@ void ServerImpl::AnswerAdmin(AdminConn& a) {
       return;
     }
     case AdminCommand::kUpgrade:
+      if (draining_.load()) {
+        a.out = AdminErrorAnswer("the node is draining: no live upgrade");
+        break;
+      }
       if (!upgrade_handler_) {
         a.out = AdminErrorAnswer("not implemented yet");
         break;
@@ -1010,10 +1035,42 @@ void ServerImpl::AnswerAdmin(AdminConn& a) {
       upgrade_handler_(req->args.empty() ? std::nullopt : std::optional(req->args[0]), reply_later);
       return;
     case AdminCommand::kDrain:
-      a.out = AdminErrorAnswer("not implemented yet");
+      StartDrain(a, *req);
       break;
   }
   FlushAdmin(a);
+}
+
+// Connections with a data-plane session, made or being made (Hello accepted).
+size_t ServerImpl::DrainingClients() const {
+  size_t n = 0;
+  for (const auto& [id, c] : conns_) n += c->data_session ? 1 : 0;
+  return n;
+}
+
+void ServerImpl::StartDrain(AdminConn& a, const AdminRequest& req) {
+  absl::StatusOr<uint32_t> timeout_s = DrainTimeoutSeconds(req);
+  if (!timeout_s.ok()) {
+    metrics_.Error(ErrorKind::kAdminBadRequest);
+    a.out = AdminErrorAnswer(std::string(timeout_s.status().message()));
+    return;
+  }
+  if (upgrade_in_progress_.load()) {
+    a.out = AdminErrorAnswer("a live upgrade is in progress: drain once it has finished");
+    return;
+  }
+  if (draining_.load()) {
+    a.out = AdminErrorAnswer(absl::StrCat(
+        "already draining: ", DrainingClients(), " client(s) left, shutdown in at most ",
+        absl::FormatDuration(absl::Trunc(drain_deadline_ - absl::Now(), absl::Seconds(1)))));
+    return;
+  }
+  draining_.store(true);
+  drain_deadline_ = absl::Now() + absl::Seconds(*timeout_s);
+  const size_t clients = DrainingClients();
+  LOG(INFO) << "drain: new sessions are refused; shutting down when the " << clients
+            << " connected client(s) have left, or in " << *timeout_s << " s";
+  a.out = DrainAnswer(clients, *timeout_s);
 }
 
 void ServerImpl::FlushAdmin(AdminConn& a) {
@@ -1068,6 +1125,7 @@ StatsView ServerImpl::Stats() const {
   }
   v.upgrade_in_progress = upgrade_in_progress_.load();
   v.writes_paused = writes_paused_.load();
+  v.draining = draining_.load();
   if (extra_stats_) v.extra = extra_stats_();
   return v;
 }

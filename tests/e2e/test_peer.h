@@ -123,6 +123,9 @@ T Expect(int fd, const char* what, const Session* self = nullptr) {
     Fail(absl::StrCat("waiting for ", what, ": got Error ", static_cast<uint32_t>(e->code), ": ",
                       e->message));
   }
+  if (auto* g = std::get_if<proto::Goodbye>(&*m)) {
+    Fail(absl::StrCat("waiting for ", what, ": got Goodbye: ", g->message));
+  }
   Fail(absl::StrCat("waiting for ", what, ": got ", TypeName(*m)));
 }
 

@@ -38,6 +38,30 @@ TEST(AdminParse, RejectsBadRequests) {
   EXPECT_FALSE(ParseAdminRequest(std::string(kMaxAdminLine + 1, 'a')).ok());
 }
 
+TEST(AdminParse, DrainTakesAnOptionalTimeout) {
+  absl::StatusOr<AdminRequest> d = ParseAdminRequest("drain");
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(*DrainTimeoutSeconds(*d), kDefaultDrainTimeoutS);
+  d = ParseAdminRequest("drain 30\n");
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(*DrainTimeoutSeconds(*d), 30u);
+  EXPECT_EQ(*DrainTimeoutSeconds(*ParseAdminRequest("drain 86400")), 86400u);
+  EXPECT_FALSE(ParseAdminRequest("drain 30 60").ok());
+  for (const char* bad : {"drain 0", "drain 86401", "drain -5", "drain 1.5", "drain soon",
+                          "drain 99999999999999999999"}) {
+    absl::StatusOr<AdminRequest> r = ParseAdminRequest(bad);
+    ASSERT_TRUE(r.ok()) << bad;
+    absl::StatusOr<uint32_t> t = DrainTimeoutSeconds(*r);
+    EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(t.status().message().find(r->args[0]), std::string::npos) << t.status();
+  }
+  json j = json::parse(DrainAnswer(3, 60));
+  EXPECT_EQ(j["ok"], true);
+  EXPECT_EQ(j["drain"], "started");
+  EXPECT_EQ(j["clients"], 3);
+  EXPECT_EQ(j["timeout_s"], 60);
+}
+
 StatsView SampleStats() {
   StatsView v;
   v.uptime_s = 12.5;
@@ -63,10 +87,10 @@ TEST(AdminRender, StatsHasTheContractKeys) {
   json j = json::parse(line);
   EXPECT_EQ(j["ok"], true);
   for (const char* k :
-       {"uptime_s", "pid",      "generation",   "build_id",    "clients", "qps",
-        "mrs",      "mws",      "pinned_bytes", "ops_get_rpc", "ops_put", "ops_delete",
-        "ops_ping", "bytes_in", "bytes_out",    "errors",      "arena",   "upgrade_in_progress",
-        "upgrades", "rollbacks"}) {
+       {"uptime_s", "pid",       "generation",   "build_id",    "clients", "qps",
+        "mrs",      "mws",       "pinned_bytes", "ops_get_rpc", "ops_put", "ops_delete",
+        "ops_ping", "bytes_in",  "bytes_out",    "errors",      "arena",   "upgrade_in_progress",
+        "upgrades", "rollbacks", "draining"}) {
     EXPECT_TRUE(j.contains(k)) << k;
   }
   for (const char* k : {"size", "used", "keys", "resident_keys", "evictions"}) {

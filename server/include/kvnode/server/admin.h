@@ -28,8 +28,15 @@ const char* AdminCommandName(AdminCommand c);
 
 struct AdminRequest {
   AdminCommand command = AdminCommand::kPing;
-  std::vector<std::string> args;  // `upgrade [BINARY]`: at most one
+  std::vector<std::string> args;  // `upgrade [BINARY]`, `drain [SECONDS]`: at most one
 };
+
+// `drain [SECONDS]`: the node refuses new sessions, keeps serving the ones it
+// has, and shuts down (as for SIGTERM) once they have all left, or when
+// SECONDS have passed (then the rest get Goodbye). SECONDS: 1..86400,
+// default kDefaultDrainTimeoutS. InvalidArgument names the bad value.
+inline constexpr uint32_t kDefaultDrainTimeoutS = 300;
+[[nodiscard]] absl::StatusOr<uint32_t> DrainTimeoutSeconds(const AdminRequest& req);
 
 // Parses one request line (with or without its trailing '\n'). InvalidArgument
 // for an empty line, an unknown command, bytes outside printable ASCII, too
@@ -66,6 +73,7 @@ struct StatsView {
   } arena;
   bool upgrade_in_progress = false;
   bool writes_paused = false;
+  bool draining = false;  // admin `drain` was accepted; the node exits once it is done
   // `stats`: object "upgrade" {name or name{labels}: value}; `metrics`: as is.
   std::vector<ExtraStat> extra;
 };
@@ -98,6 +106,8 @@ std::string AccessFlagsString(int access);
 std::string AdminErrorAnswer(std::string_view message);
 // {"ok":true,"pong":true,"generation":G,"pid":P,"listen":"host:port"}
 std::string AdminPingAnswer(uint64_t generation, int64_t pid, std::string_view listen);
+// {"ok":true,"drain":"started","clients":N,"timeout_s":T}
+std::string DrainAnswer(uint64_t clients, uint32_t timeout_s);
 std::string StatsAnswer(const StatsView& v);
 std::string ClientsAnswer(const std::vector<ClientRow>& rows);
 std::string MrsAnswer(const std::vector<MrRow>& rows, uint64_t pinned_bytes);
