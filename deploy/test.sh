@@ -39,7 +39,10 @@ if dev=$(kv_active_device); then
 else
   echo "== device tests (no verbs device on this host: Soft-RoCE rxe0 in deploy/rxe-vm)"
   rc=0
-  deploy/rxe-vm -- bash -c 'cd build && "$@"' _ "${device_ctest[@]}" | tee build/device.log || rc=$?
+  # The suite takes ~16 min in the guest on an idle 2-core host; the guest's
+  # limit leaves room for a host twice as slow (RXE_VM_TIMEOUT overrides it).
+  deploy/rxe-vm --timeout "${RXE_VM_TIMEOUT:-3600}" -- bash -c 'cd build && "$@"' _ "${device_ctest[@]}" |
+    tee build/device.log || rc=$?
 fi
 if ((rc != 0)); then
   echo "deploy/test.sh: device tests failed (exit $rc)"
