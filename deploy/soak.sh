@@ -59,7 +59,8 @@ options:
   --vm_timeout S     guest time limit when run in deploy/rxe-vm (default:
                      600 + 120 per upgrade, or 900 + 60 per --max_minutes
                      when that is less)
-  --keep             keep the work directory (node log, kvload logs, reports)
+  --keep             keep the work directory (node log, kvload logs, reports;
+                     in deploy/rxe-vm also copied to its results dir, soak/)
   -h, --help         this text
 
 Examples:
