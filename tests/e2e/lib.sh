@@ -124,8 +124,16 @@ kv_stop_node() {
   wait "$KV_PID" || rc=$?
   local ms=$((($(kv_now_ns) - t0) / 1000000))
   [[ $rc -eq 0 ]] || kv_fail "node exited $rc after SIGTERM"
+  kv_check_exited "$keep"
+  kv_ok "node stopped by SIGTERM in ${ms} ms, exit 0, no verbs objects or shm left"
+  KV_PID=""
+}
+
+# After the node (KV_PID) has exited: "clean shutdown" logged, no verbs object
+# of the pid, the shm segment gone (unless `keep`), the admin socket gone.
+kv_check_exited() {
+  local keep=${1:-} qps mrs
   grep -q "clean shutdown: no verbs object left" "$KV_LOG" || kv_fail "no clean-shutdown line"
-  local qps mrs
   qps=$(kv_rdma_count qp "$KV_PID")
   mrs=$(kv_rdma_count mr "$KV_PID")
   [[ $qps -eq 0 && $mrs -eq 0 ]] || kv_fail "kernel still lists $qps QPs / $mrs MRs of pid $KV_PID"
@@ -133,8 +141,6 @@ kv_stop_node() {
     kv_fail "shared-memory segment /dev/shm/$KV_SHM leaked"
   fi
   [[ ! -e $KV_ADMIN ]] || kv_fail "admin socket $KV_ADMIN left behind"
-  kv_ok "node stopped by SIGTERM in ${ms} ms, exit 0, no verbs objects or shm left"
-  KV_PID=""
 }
 
 kv_cleanup() {

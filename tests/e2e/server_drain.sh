@@ -17,11 +17,7 @@ drained_exit() {
   kv_wait_for 120 up_gone "$KV_PID" || kv_fail "$what: node still running 120 s after the drain"
   wait "$KV_PID" || rc=$?
   [[ $rc -eq 0 ]] || kv_fail "$what: node exited $rc"
-  grep -q "clean shutdown: no verbs object left" "$KV_LOG" || kv_fail "$what: no clean-shutdown line"
-  [[ $(kv_rdma_count qp "$KV_PID") -eq 0 && $(kv_rdma_count mr "$KV_PID") -eq 0 ]] ||
-    kv_fail "$what: verbs objects of pid $KV_PID left"
-  [[ ! -e /dev/shm/$KV_SHM ]] || kv_fail "$what: shm segment /dev/shm/$KV_SHM left"
-  [[ ! -e $KV_ADMIN ]] || kv_fail "$what: admin socket left"
+  kv_check_exited
   KV_PID=""
 }
 
