@@ -39,10 +39,10 @@ if [[ $mode == --inner ]]; then
   run_s=${BENCH_RUN_S:-40}
   at_s=${BENCH_AT_S:-5}
   events_default=${BENCH_EVENTS:-1}
-  node=$build/server/kvnode
-  kvload=$build/client/tools/kvload
-  kvctl=$build/client/tools/kvctl
-  kvfill=$build/storage/kvfill
+  node=$build/node/kvnode
+  kvload=$build/tools/kvload
+  kvctl=$build/tools/kvctl
+  kvfill=$build/tools/kvfill
   results=$(mktemp /tmp/bench-upgrade.XXXXXX.txt)
   nclients=4 # kvload's clients (control connections, QPs)
   node_pid=""

@@ -31,12 +31,12 @@ if [[ $mode == --inner ]]; then
   }
   trap cleanup EXIT
   echo "== starting kvnode on $(kv_active_device) (127.0.0.1:$port, data in $dir)"
-  "$build/server/kvnode" --listen "127.0.0.1:$port" --db_path "$dir/db" \
+  "$build/node/kvnode" --listen "127.0.0.1:$port" --db_path "$dir/db" \
     --shm_name "kvnode-demo-$$" --admin_socket "$admin" --auth_token_file "$token" \
     --arena_size $((64 << 20)) --pid_file "$dir/pid" >"$dir/kvnode.log" 2>&1 &
   node_pid=$!
   deadline=$((SECONDS + 120))
-  until "$build/client/tools/kvctl" --admin_socket "$admin" ping >/dev/null 2>&1; do
+  until "$build/tools/kvctl" --admin_socket "$admin" ping >/dev/null 2>&1; do
     if ! kill -0 "$node_pid" 2>/dev/null || ((SECONDS > deadline)); then
       echo "kvnode did not come up:"
       tail -20 "$dir/kvnode.log"
@@ -44,15 +44,15 @@ if [[ $mode == --inner ]]; then
     fi
     sleep 0.1 # polling a condition under a deadline
   done
-  "$build/client/tools/kvctl" --admin_socket "$admin" ping
-  kvctl() { "$build/client/tools/kvctl" --admin_socket "$admin" "$@"; }
+  "$build/tools/kvctl" --admin_socket "$admin" ping
+  kvctl() { "$build/tools/kvctl" --admin_socket "$admin" "$@"; }
   ping_field() { kvctl --json ping | grep -o "\"$1\":[0-9]*" | cut -d: -f2; }
   gone() { [[ ! -e /proc/$1 ]] || grep -q '^State:[[:space:]]*Z' "/proc/$1/status"; }
   upgrades=${DEMO_UPGRADES:-3}
   echo "== kvload: preload 10000 keys, then YCSB A with --verify (8 clients, depth 4);"
   echo "   $upgrades live upgrades (SIGUSR2) in the middle of the run"
   t_base=$(date +%s%N)
-  "$build/client/tools/kvload" --server "127.0.0.1:$port" --auth_token_file "$token" \
+  "$build/tools/kvload" --server "127.0.0.1:$port" --auth_token_file "$token" \
     --workload A --keys 10000 --value_size 64 --clients 8 --threads 2 --depth 4 --preload \
     --duration 100000 --verify --ack_log "$dir/acks.log" --report "$dir/report.json" \
     --connect_timeout_ms 5000 --timeout_ms 30000 --progress=false >"$dir/kvload.log" 2>&1 &

@@ -149,7 +149,7 @@ draw() { # N -> sets DRAW in [0, N)
 # so only N is armed), and the flags each upgrade appends (--listen=, the
 # wrapper's own) are collapsed so that the argv does not grow over 1000 upgrades.
 soak_make_builds() {
-  local dir=$1 real=$KV_BUILD/server/kvnode b other
+  local dir=$1 real=$KV_BUILD/node/kvnode b other
   for b in a b; do
     other=b
     [[ $b == b ]] && other=a

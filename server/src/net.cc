@@ -15,12 +15,13 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "kvnode/base/errno.h"
 
 namespace kvnode::server {
 namespace {
 
 absl::Status Errno(absl::string_view what, int err) {
-  return absl::UnavailableError(absl::StrCat(what, ": ", strerror(err), " (errno ", err, ")"));
+  return base::ErrnoStatus(err, std::string_view(what.data(), what.size()));
 }
 
 std::string Render(const sockaddr_storage& ss) {

@@ -23,6 +23,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "data_plane.h"
+#include "kvnode/base/errno.h"
 #include "kvnode/proto/frame_io.h"
 #include "kvnode/proto/rpc.h"
 #include "kvnode/rdma/accounting.h"
@@ -55,8 +56,6 @@ constexpr uint64_t kAdminBit = uint64_t{1} << 63;
 // much is queued for it.
 constexpr size_t kMaxControlOutBytes = 1 << 20;
 constexpr absl::Duration kAdminTimeout = absl::Seconds(5);
-
-std::string ErrnoText(int err) { return absl::StrCat(strerror(err), " (errno ", err, ")"); }
 
 }  // namespace
 
@@ -302,7 +301,8 @@ absl::Status ServerImpl::InitSignalsAndAuth() {
   pthread_sigmask(SIG_BLOCK, &mask, nullptr);
   signal(SIGPIPE, SIG_IGN);
   signal_fd_ = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
-  if (signal_fd_ < 0) return absl::InternalError(absl::StrCat("signalfd: ", ErrnoText(errno)));
+  if (signal_fd_ < 0)
+    return absl::InternalError(absl::StrCat("signalfd: ", base::ErrnoText(errno)));
 
   if (opt_.auth_token_file.empty()) {
     LOG(WARNING) << "no --auth_token_file: clients are not authenticated";
@@ -443,13 +443,14 @@ absl::Status ServerImpl::InitRegistrationAndDataPlane() {
 
 absl::Status ServerImpl::InitEpoll() {
   epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
-  if (epoll_fd_ < 0) return absl::InternalError(absl::StrCat("epoll_create1: ", ErrnoText(errno)));
+  if (epoll_fd_ < 0)
+    return absl::InternalError(absl::StrCat("epoll_create1: ", base::ErrnoText(errno)));
   auto add = [this](int fd, uint64_t tag) -> absl::Status {
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.u64 = tag;
     if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
-      return absl::InternalError(absl::StrCat("epoll_ctl ADD: ", ErrnoText(errno)));
+      return absl::InternalError(absl::StrCat("epoll_ctl ADD: ", base::ErrnoText(errno)));
     }
     return absl::OkStatus();
   };
@@ -468,7 +469,7 @@ absl::Status ServerImpl::AddSocketsToEpoll() {
     ev.events = EPOLLIN;
     ev.data.u64 = tag;
     if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
-      return absl::InternalError(absl::StrCat("epoll_ctl ADD: ", ErrnoText(errno)));
+      return absl::InternalError(absl::StrCat("epoll_ctl ADD: ", base::ErrnoText(errno)));
     }
   }
   return absl::OkStatus();
@@ -495,7 +496,7 @@ absl::Status ServerImpl::Run() {
   while (!shutdown_requested_.load(std::memory_order_acquire)) {
     const int n = epoll_wait(epoll_fd_, evs.data(), static_cast<int>(evs.size()), 100);
     if (n < 0 && errno != EINTR) {
-      LOG(ERROR) << "epoll_wait: " << ErrnoText(errno);
+      LOG(ERROR) << "epoll_wait: " << base::ErrnoText(errno);
       break;
     }
     for (int i = 0; i < std::max(n, 0); ++i) {
@@ -585,7 +586,7 @@ void ServerImpl::Accept() {
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
       if (errno != EAGAIN && errno != EWOULDBLOCK) {
-        LOG_EVERY_N(WARNING, 100) << "accept: " << ErrnoText(errno);
+        LOG_EVERY_N(WARNING, 100) << "accept: " << base::ErrnoText(errno);
       }
       return;
     }
@@ -614,7 +615,7 @@ void ServerImpl::Accept() {
     ev.events = EPOLLIN | EPOLLRDHUP;
     ev.data.u64 = c->id;
     if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
-      LOG(WARNING) << "epoll_ctl ADD conn: " << ErrnoText(errno);
+      LOG(WARNING) << "epoll_ctl ADD conn: " << base::ErrnoText(errno);
       close(fd);
       continue;
     }

@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "glog/logging.h"
+#include "kvnode/base/errno.h"
 
 namespace kvnode::storage {
 namespace bip = boost::interprocess;
@@ -48,8 +49,6 @@ uint64_t HeaderChecksum(const ArenaHeader& h) {
   return XXH3_64bits(&h, offsetof(ArenaHeader, header_checksum));
 }
 
-absl::Status Errno(int err, absl::string_view what) { return absl::ErrnoToStatus(err, what); }
-
 // Unit the mapping size is rounded to: the page size, or for a file the file
 // system's block size (the huge page size on hugetlbfs).
 absl::StatusOr<uint64_t> SizeUnit(const ArenaOptions& o) {
@@ -60,7 +59,8 @@ absl::StatusOr<uint64_t> SizeUnit(const ArenaOptions& o) {
     dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : dir.substr(0, slash));
     struct statfs fs;
     if (statfs(dir.c_str(), &fs) != 0) {
-      return Errno(errno, absl::StrCat("statfs(", dir, ") for arena file ", o.file_path));
+      return base::ErrnoStatus(errno,
+                               absl::StrCat("statfs(", dir, ") for arena file ", o.file_path));
     }
     if (static_cast<uint64_t>(fs.f_bsize) > unit) unit = static_cast<uint64_t>(fs.f_bsize);
   }
@@ -78,13 +78,13 @@ absl::Status PrecheckSegment(const ArenaOptions& o) {
   if (fd < 0) {
     const int err = errno;
     if (err == ENOENT) return absl::NotFoundError(absl::StrCat("no arena segment at ", path));
-    return Errno(err, absl::StrCat("open arena segment ", path));
+    return base::ErrnoStatus(err, absl::StrCat("open arena segment ", path));
   }
   struct stat st;
   absl::Status status;
   uint32_t state = 0;
   if (fstat(fd, &st) != 0) {
-    status = Errno(errno, absl::StrCat("fstat arena segment ", path));
+    status = base::ErrnoStatus(errno, absl::StrCat("fstat arena segment ", path));
   } else if (st.st_uid != geteuid()) {
     status = absl::PermissionDeniedError(absl::StrCat("arena segment ", path, " is owned by uid ",
                                                       st.st_uid, ", not by this user (uid ",
@@ -97,7 +97,7 @@ absl::Status PrecheckSegment(const ArenaOptions& o) {
     status = absl::FailedPreconditionError(absl::StrCat("arena segment ", path, " is only ",
                                                         st.st_size, " bytes: not a kvnode arena"));
   } else if (pread(fd, &state, sizeof(state), 0) != sizeof(state)) {
-    status = Errno(errno, absl::StrCat("read arena segment ", path));
+    status = base::ErrnoStatus(errno, absl::StrCat("read arena segment ", path));
   } else if (state != kBoostInitializedSegment) {
     status = absl::FailedPreconditionError(
         absl::StrCat("arena segment ", path, " is not an initialized segment (state word ", state,
@@ -155,7 +155,8 @@ absl::Status Arena::Remove(const ArenaOptions& options) {
   const std::string path = SegmentPath(options);
   const int rc = options.file_path.empty() ? shm_unlink(("/" + options.shm_name).c_str())
                                            : unlink(options.file_path.c_str());
-  if (rc != 0 && errno != ENOENT) return Errno(errno, absl::StrCat("remove arena ", path));
+  if (rc != 0 && errno != ENOENT)
+    return base::ErrnoStatus(errno, absl::StrCat("remove arena ", path));
   return absl::OkStatus();
 }
 

@@ -14,11 +14,11 @@
 set -euo pipefail
 
 KV_BUILD=${KVNODE_BUILD_DIR:?KVNODE_BUILD_DIR must point at the build directory}
-KV_NODE_BIN=${KV_NODE_BIN:-$KV_BUILD/server/kvnode}
+KV_NODE_BIN=${KV_NODE_BIN:-$KV_BUILD/node/kvnode}
 KV_RAW_CLIENT=${KV_RAW_CLIENT:-$KV_BUILD/tests/e2e/kvnode_raw_client}
 KV_ADMIN_REQUEST=${KV_ADMIN_REQUEST:-$KV_BUILD/tests/e2e/kvnode_admin_request}
-KV_KVCTL=${KV_KVCTL:-$KV_BUILD/client/tools/kvctl}
-KV_KVLOAD=${KV_KVLOAD:-$KV_BUILD/client/tools/kvload}
+KV_KVCTL=${KV_KVCTL:-$KV_BUILD/tools/kvctl}
+KV_KVLOAD=${KV_KVLOAD:-$KV_BUILD/tools/kvload}
 KV_STOP_TIMEOUT=${KV_STOP_TIMEOUT:-15}
 KV_TEST=$(basename "${BASH_SOURCE[1]:-$0}" .sh)
 KV_PID=""

@@ -11,7 +11,7 @@
 # without one, or starts where there is one).
 set -euo pipefail
 KV_BUILD=${KVNODE_BUILD_DIR:?KVNODE_BUILD_DIR must point at the build directory}
-NODE=${KV_NODE_BIN:-$KV_BUILD/server/kvnode}
+NODE=${KV_NODE_BIN:-$KV_BUILD/node/kvnode}
 TEST=security_startup
 log() { echo "[$TEST $(date +%H:%M:%S)] $*" >&2; }
 fail() {

@@ -63,7 +63,7 @@ failures=0
 for cell in $cells; do
   expect=$(expect_for "$cell")
   UP_FIRST_PID=""
-  KV_NODE_BIN=${KV_BUILD}/server/kvnode
+  KV_NODE_BIN=${KV_BUILD}/node/kvnode
   kv_start_node "${UP_NODE_FLAGS[@]}" --upgrade_fault="$cell" --upgrade_ready_deadline_ms=20000 \
     --upgrade_owned_deadline_ms=20000 --upgrade_old_exit_deadline_ms=10000 \
     --upgrade_step_deadline_ms=15000 --upgrade_write_pause_limit_ms=15000
@@ -98,7 +98,7 @@ for cell in $cells; do
   if [[ $outcome == down ]]; then
     # Nothing could take over: start the node again (what systemd would do).
     wait "$o_pid" 2>/dev/null || true
-    "$KV_BUILD/server/kvnode" --listen "$KV_ADDR" --db_path "$KV_DIR/db" --shm_name "$KV_SHM" \
+    "$KV_BUILD/node/kvnode" --listen "$KV_ADDR" --db_path "$KV_DIR/db" --shm_name "$KV_SHM" \
       --admin_socket "$KV_ADMIN" --auth_token_file "$KV_TOKEN" --pid_file "$KV_DIR/pid" \
       --arena_size $((32 << 20)) --sync_writes=false --max_clients 16 "${UP_NODE_FLAGS[@]}" \
       >>"$KV_LOG" 2>&1 &

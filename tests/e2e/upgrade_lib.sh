@@ -18,7 +18,7 @@
 UP_NODE_FLAGS=()
 
 up_make_builds() {
-  local dir=$1 real=${KV_NODE_BIN_REAL:-$KV_BUILD/server/kvnode}
+  local dir=$1 real=${KV_NODE_BIN_REAL:-$KV_BUILD/node/kvnode}
   for b in a b; do
     local other=b
     [[ $b == b ]] && other=a

@@ -11,7 +11,7 @@
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/upgrade_lib.sh"
 kv_require_device
-real=$KV_BUILD/server/kvnode
+real=$KV_BUILD/node/kvnode
 bins=$(mktemp -d /tmp/kv-e2e-upgrade-refusals.XXXXXX)
 printf '#!/bin/sh\nexec "%s" "$@" --upgrade_test_incompatible=layout\n' "$real" >"$bins/incompatible"
 chmod 755 "$bins/incompatible"

@@ -10,11 +10,11 @@
 #include <string>
 
 #include "fuzz_util.h"
-#include "kvnode/client/load/ack_log.h"
+#include "kvnode/load/ack_log.h"
 #include "kvnode/storage/limits.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  using namespace kvnode::client::load;
+  using namespace kvnode::load;
   using kvnode::fuzz::Le;
   if (size < 1) return 0;
   const uint8_t flags = data[0];

@@ -33,28 +33,29 @@ done
 
 case $target in
   control | rpc)
-    lib=proto; srcs="client/src/proto/control.cc client/src/proto/rpc.cc client/src/proto/frame_io.cc"
-    report="client/src/proto/$target.cc" ;;
+    lib=proto; srcs="base/src/errno.cc base/src/poll.cc proto/src/control.cc proto/src/rpc.cc proto/src/frame_io.cc"
+    report="proto/src/$target.cc" ;;
   handoff | handoff_header)
     lib=upgrade
-    srcs="upgrade/src/channel.cc upgrade/src/fault.cc upgrade/src/header.cc upgrade/src/messages.cc"
+    srcs="base/src/errno.cc base/src/poll.cc upgrade/src/channel.cc upgrade/src/fault.cc upgrade/src/header.cc upgrade/src/messages.cc"
     srcs+=" upgrade/src/process.cc upgrade/src/sd_notify.cc"
     [[ $target == handoff ]] && report=upgrade/src/messages.cc || report=upgrade/src/header.cc ;;
   geometry | object | read_path)
     lib=storage; srcs="storage/src/format.cc storage/src/read_path.cc"
     report="storage/src/format.cc storage/src/read_path.cc" ;;
   ack_log)
-    lib=load; srcs="client/src/load/ack_log.cc client/src/load/histogram.cc"
-    srcs+=" client/src/load/report.cc client/src/load/verify.cc client/src/load/workload.cc"
-    report=client/src/load/ack_log.cc ;;
+    lib=load; srcs="base/src/errno.cc tools/src/ack_log.cc tools/src/histogram.cc"
+    srcs+=" tools/src/report.cc tools/src/verify.cc tools/src/workload.cc"
+    report=tools/src/ack_log.cc ;;
   dedupe_record)
     lib=server; srcs="server/src/dedupe.cc"; report=server/src/dedupe.cc ;;
   *) echo "coverage.sh: no decoder known for $target" >&2; exit 2 ;;
 esac
 
 cxx=(clang++ -std=c++20 -O0 -fprofile-instr-generate -fcoverage-mapping
-     -DGLOG_CUSTOM_PREFIX_SUPPORT -I"$M/client/include" -I"$M/storage/include"
-     -I"$M/upgrade/include" -I"$M/upgrade/src" -I"$M/server/include")
+     -DGLOG_CUSTOM_PREFIX_SUPPORT -I"$M/base/include" -I"$M/proto/include"
+     -I"$M/tools/include" -I"$M/storage/include" -I"$M/upgrade/include" -I"$M/upgrade/src"
+     -I"$M/server/include")
 mkdir -p "$out/obj/$lib"
 objs=()
 for s in $srcs; do

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "kvnode/client/load/ack_log.h"
+#include "kvnode/load/ack_log.h"
 #include "kvnode/proto/control.h"
 #include "kvnode/proto/rpc.h"
 #include "kvnode/server/dedupe.h"
@@ -411,7 +411,7 @@ void AckLogSeeds() {
   const std::string path = std::string(tmpl) + "/acks.log";
   std::string full;
   {
-    auto w = Ok(client::load::AckLogWriter::Open(path, {.buffer_bytes = 0, .sync = false}), "open");
+    auto w = Ok(load::AckLogWriter::Open(path, {.buffer_bytes = 0, .sync = false}), "open");
     Ok(w->Append("user:1", 5, false), "append");
     Ok(w->Append("user:2", 6, false), "append");
     Ok(w->Append("user:1", 7, true), "append");

@@ -50,11 +50,11 @@ TEST(HandoffChannel, ConversationAcrossForkPassesTheListener) {
   absl::StatusOr<HandoffChannel::Pair> pair = HandoffChannel::CreatePair();
   ASSERT_TRUE(pair.ok()) << pair.status();
   uint16_t port = 0;
-  UniqueFd listener(Listener(&port));
+  base::UniqueFd listener(Listener(&port));
   ASSERT_TRUE(listener.valid());
   int pipefd[2];
   ASSERT_EQ(pipe2(pipefd, O_CLOEXEC), 0);
-  UniqueFd pipe_r(pipefd[0]), pipe_w(pipefd[1]);
+  base::UniqueFd pipe_r(pipefd[0]), pipe_w(pipefd[1]);
   const pid_t parent = getpid();
 
   const pid_t child = fork();
@@ -115,7 +115,7 @@ TEST(HandoffChannel, ConversationAcrossForkPassesTheListener) {
 
   // Close our listener copy: only the child's copy can accept now.
   listener.Reset();
-  UniqueFd conn(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  base::UniqueFd conn(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -243,7 +243,7 @@ TEST(HandoffChannel, PeerCredRefusesNobodyOnConnect) {
   ASSERT_NE(mkdtemp(dir), nullptr);
   ASSERT_EQ(chmod(dir, 0755), 0);  // so that nobody can reach the socket at all
   const std::string path = std::string(dir) + "/s";
-  UniqueFd srv(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  base::UniqueFd srv(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   sockaddr_un a{};
   a.sun_family = AF_UNIX;
   std::snprintf(a.sun_path, sizeof(a.sun_path), "%s", path.c_str());
@@ -257,7 +257,7 @@ TEST(HandoffChannel, PeerCredRefusesNobodyOnConnect) {
     const int c = socket(AF_UNIX, SOCK_STREAM, 0);
     _exit(connect(c, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 ? 0 : 11);
   }
-  UniqueFd conn(accept4(srv.get(), nullptr, nullptr, SOCK_CLOEXEC));
+  base::UniqueFd conn(accept4(srv.get(), nullptr, nullptr, SOCK_CLOEXEC));
   ASSERT_TRUE(conn.valid());
   absl::StatusOr<PeerCredentials> pc = GetPeerCredentials(conn.get());
   ASSERT_TRUE(pc.ok()) << pc.status();

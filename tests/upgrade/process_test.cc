@@ -104,7 +104,7 @@ TEST(Spawn, ExecFailureIsReported) {
 }
 
 struct Listener {
-  UniqueFd fd;
+  base::UniqueFd fd;
   uint16_t port = 0;
 };
 Listener Listen() {
@@ -126,7 +126,7 @@ TEST(Spawn, FullHandoffWithExecdPeer) {
   absl::StatusOr<HandoffChannel::Pair> pair = HandoffChannel::CreatePair();
   ASSERT_TRUE(pair.ok());
   const int child_fd = pair->child_end.get();
-  UniqueFd stray(open("/dev/null", O_RDONLY));  // not CLOEXEC: must not reach N
+  base::UniqueFd stray(open("/dev/null", O_RDONLY));  // not CLOEXEC: must not reach N
   // A blocked signal in O must not be blocked in N.
   sigset_t usr2, old;
   sigemptyset(&usr2);
@@ -155,7 +155,7 @@ TEST(Spawn, FullHandoffWithExecdPeer) {
   ASSERT_TRUE(owned.ok()) << owned.status();
   ASSERT_TRUE(std::holds_alternative<Owned>(owned->message));
   l.fd.Reset();  // only N's copy accepts now
-  UniqueFd c(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  base::UniqueFd c(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);

@@ -9,7 +9,7 @@
 #include <cstring>
 #include <string>
 
-#include "kvnode/upgrade/unique_fd.h"
+#include "kvnode/base/unique_fd.h"
 
 namespace kvnode::upgrade {
 namespace {
@@ -42,7 +42,7 @@ class FakeSystemd {
   }
 
  private:
-  UniqueFd fd_;
+  base::UniqueFd fd_;
   std::string name_;
   bool ok_ = false;
 };

@@ -13,6 +13,8 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "kvnode/base/errno.h"
+#include "kvnode/base/poll.h"
 #include "kvnode/proto/wire.h"
 
 namespace kvnode::upgrade {
@@ -23,31 +25,21 @@ using proto::wire::Av;
 std::string Errno(int err) { return std::strerror(err); }
 
 absl::Status ErrnoStatus(int err, std::string_view what) {
-  const std::string msg = absl::StrCat("handoff channel: ", Av(what), ": ", Errno(err));
-  if (err == ECONNRESET || err == EPIPE || err == ENOTCONN) return absl::UnavailableError(msg);
-  return absl::InternalError(msg);
+  return base::ErrnoStatus(err, absl::StrCat("handoff channel: ", Av(what)));
 }
 
 // Waits until `fd` is ready for `events` or the deadline passes.
 absl::Status WaitFor(int fd, short events, absl::Time deadline, std::string_view what) {
-  for (;;) {
-    int timeout_ms = -1;
-    if (deadline != absl::InfiniteFuture()) {
-      const absl::Duration left = deadline - absl::Now();
-      if (left <= absl::ZeroDuration()) {
-        return absl::DeadlineExceededError(
-            absl::StrCat("handoff channel: deadline passed while ", Av(what)));
-      }
-      timeout_ms = static_cast<int>(
-          std::min<int64_t>(absl::ToInt64Milliseconds(left + absl::Microseconds(999)), 1 << 30));
-    }
-    pollfd p{fd, events, 0};
-    const int n = poll(&p, 1, timeout_ms);
-    if (n > 0) return absl::OkStatus();  // ready, or HUP/ERR: the I/O call tells
-    if (n == 0) continue;
-    if (errno == EINTR) continue;
-    return ErrnoStatus(errno, absl::StrCat("poll while ", Av(what)));
+  absl::StatusOr<short> r = base::PollUntil(fd, events, deadline);
+  if (!r.ok()) {
+    return absl::Status(r.status().code(), absl::StrCat("handoff channel: while ", Av(what), ": ",
+                                                        r.status().message()));
   }
+  if (*r == 0) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("handoff channel: deadline passed while ", Av(what)));
+  }
+  return absl::OkStatus();  // ready, or HUP/ERR: the I/O call tells
 }
 
 absl::Status SetPassCred(int fd) {
@@ -90,7 +82,7 @@ absl::StatusOr<HandoffChannel::Pair> HandoffChannel::CreatePair() {
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
     return ErrnoStatus(errno, "socketpair");
   }
-  UniqueFd a(sv[0]), b(sv[1]);
+  base::UniqueFd a(sv[0]), b(sv[1]);
   // Both ends before anything is written: the kernel attaches credentials
   // only to data sent while the receiving socket has SO_PASSCRED.
   if (absl::Status s = SetPassCred(a.get()); !s.ok()) return s;
@@ -99,7 +91,7 @@ absl::StatusOr<HandoffChannel::Pair> HandoffChannel::CreatePair() {
 }
 
 absl::StatusOr<HandoffChannel> HandoffChannel::Adopt(int raw_fd, pid_t expected_peer_pid) {
-  UniqueFd fd(raw_fd);
+  base::UniqueFd fd(raw_fd);
   if (raw_fd < 0) return absl::InvalidArgumentError("handoff channel: negative fd");
   if (expected_peer_pid <= 0) {
     return absl::InvalidArgumentError("handoff channel: Adopt needs the old process's pid");
@@ -179,7 +171,7 @@ absl::Status HandoffChannel::Send(const HandoffMessage& m, std::span<const int> 
   return absl::OkStatus();
 }
 
-absl::Status HandoffChannel::ReadChunked(std::span<uint8_t> buf, std::vector<UniqueFd>* fds,
+absl::Status HandoffChannel::ReadChunked(std::span<uint8_t> buf, std::vector<base::UniqueFd>* fds,
                                          PeerCredentials* sender, absl::Time deadline,
                                          bool* got_any) {
   size_t done = 0;
@@ -254,7 +246,7 @@ absl::StatusOr<ReceivedMessage> HandoffChannel::Receive(absl::Time deadline) {
     // Without an expected pid every sender would pass; refuse rather than trust.
     return absl::FailedPreconditionError("handoff channel: peer pid not set (SetPeerPid)");
   }
-  std::vector<UniqueFd> fds;
+  std::vector<base::UniqueFd> fds;
   PeerCredentials sender;
   bool got_any = false;
   std::array<uint8_t, kHandoffFrameHeaderSize> head;

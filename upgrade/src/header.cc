@@ -13,8 +13,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "kvnode/base/errno.h"
+#include "kvnode/base/unique_fd.h"
 #include "kvnode/proto/wire.h"
-#include "kvnode/upgrade/unique_fd.h"
 
 namespace kvnode::upgrade {
 namespace {
@@ -28,10 +29,7 @@ constexpr size_t kChecksumOffset = kHandoffHeaderSize - 8;
 std::string Hex(uint64_t v) { return absl::StrCat("0x", absl::Hex(v)); }
 
 absl::Status ErrnoStatus(int err, std::string_view what) {
-  const std::string msg = absl::StrCat("handoff header: ", Av(what), ": ", std::strerror(err));
-  if (err == ENOENT) return absl::NotFoundError(msg);
-  if (err == EACCES || err == EPERM) return absl::PermissionDeniedError(msg);
-  return absl::InternalError(msg);
+  return base::ErrnoStatus(err, absl::StrCat("handoff header: ", Av(what)));
 }
 
 absl::Status FieldError(absl::StatusCode code, std::string_view field, std::string_view expected,
@@ -239,7 +237,7 @@ absl::Status WriteHandoffHeader(std::string_view object_name, const HandoffHeade
   const std::string name(object_name);
   // A stale object (an upgrade that died) is ours to replace; someone else's is not.
   {
-    UniqueFd old(shm_open(name.c_str(), O_RDONLY | O_CLOEXEC, 0));
+    base::UniqueFd old(shm_open(name.c_str(), O_RDONLY | O_CLOEXEC, 0));
     if (old.valid()) {
       struct stat st;
       if (fstat(old.get(), &st) != 0) return ErrnoStatus(errno, absl::StrCat("fstat ", name));
@@ -252,7 +250,7 @@ absl::Status WriteHandoffHeader(std::string_view object_name, const HandoffHeade
       }
     }
   }
-  UniqueFd fd(shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+  base::UniqueFd fd(shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
   if (!fd.valid()) return ErrnoStatus(errno, absl::StrCat("shm_open(O_CREAT|O_EXCL) ", name));
   auto fail = [&name](absl::Status s) {
     (void)shm_unlink(name.c_str());
@@ -272,7 +270,7 @@ absl::Status WriteHandoffHeader(std::string_view object_name, const HandoffHeade
 
 absl::StatusOr<HandoffHeader> ReadHandoffHeader(std::string_view object_name) {
   const std::string name(object_name);
-  UniqueFd fd(shm_open(name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW, 0));
+  base::UniqueFd fd(shm_open(name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW, 0));
   if (!fd.valid()) return ErrnoStatus(errno, absl::StrCat("shm_open ", name));
   struct stat st;
   if (fstat(fd.get(), &st) != 0) return ErrnoStatus(errno, absl::StrCat("fstat ", name));

@@ -17,6 +17,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "kvnode/base/errno.h"
+#include "kvnode/base/poll.h"
 #include "kvnode/proto/wire.h"
 
 extern char** environ;
@@ -33,48 +35,15 @@ namespace {
 
 using proto::wire::Av;
 
-absl::Status ErrnoStatus(int err, std::string_view what) {
-  const std::string msg = absl::StrCat(Av(what), ": ", std::strerror(err));
-  switch (err) {
-    case ENOENT:
-    case ESRCH:
-      return absl::NotFoundError(msg);
-    case EACCES:
-    case EPERM:
-      return absl::PermissionDeniedError(msg);
-    case ENOEXEC:
-    case ENOTDIR:
-    case EISDIR:
-      return absl::FailedPreconditionError(msg);
-    default:
-      return absl::InternalError(msg);
-  }
-}
+absl::Status ErrnoStatus(int err, std::string_view what) { return base::ErrnoStatus(err, what); }
 
 int PidfdOpen(pid_t pid) { return static_cast<int>(syscall(SYS_pidfd_open, pid, 0)); }
 
-// Milliseconds until `deadline` for poll(), rounded up; -1 = forever; 0 if past.
-int PollTimeout(absl::Time deadline) {
-  if (deadline == absl::InfiniteFuture()) return -1;
-  const absl::Duration left = deadline - absl::Now();
-  if (left <= absl::ZeroDuration()) return 0;
-  return static_cast<int>(
-      std::min<int64_t>(absl::ToInt64Milliseconds(left + absl::Microseconds(999)), 1 << 30));
-}
-
 // Waits for POLLIN on fd; false if the deadline passed first.
 absl::StatusOr<bool> WaitReadable(int fd, absl::Time deadline) {
-  for (;;) {
-    pollfd p{fd, POLLIN, 0};
-    const int timeout = PollTimeout(deadline);
-    const int n = poll(&p, 1, timeout);
-    if (n > 0) return true;
-    if (n == 0) {
-      if (timeout == 0) return false;
-      continue;  // re-check the deadline
-    }
-    if (errno != EINTR) return ErrnoStatus(errno, "poll");
-  }
+  absl::StatusOr<short> r = base::PollUntil(fd, POLLIN, deadline);
+  if (!r.ok()) return r.status();
+  return *r != 0;
 }
 
 std::string CurrentDir() {
@@ -200,7 +169,7 @@ std::string ExitStatus::ToString() const {
 
 absl::StatusOr<Process> Process::Open(pid_t pid, bool is_child) {
   if (pid <= 0) return absl::InvalidArgumentError(absl::StrCat("upgrade: bad pid ", pid));
-  UniqueFd fd(PidfdOpen(pid));
+  base::UniqueFd fd(PidfdOpen(pid));
   if (!fd.valid()) return ErrnoStatus(errno, absl::StrCat("pidfd_open(", pid, ")"));
   return Process(pid, std::move(fd), is_child);
 }
@@ -261,7 +230,7 @@ absl::StatusOr<ExitStatus> Process::KillAndReap(absl::Time deadline) {
   return Reap(deadline);
 }
 
-absl::StatusOr<Process> SpawnWithHandoff(const SpawnRequest& req, UniqueFd child_end) {
+absl::StatusOr<Process> SpawnWithHandoff(const SpawnRequest& req, base::UniqueFd child_end) {
   if (req.binary.empty() || req.binary.front() != '/') {
     return absl::InvalidArgumentError(
         absl::StrCat("upgrade: spawn needs an absolute binary path, got '", req.binary, "'"));
@@ -281,7 +250,7 @@ absl::StatusOr<Process> SpawnWithHandoff(const SpawnRequest& req, UniqueFd child
 
   int errpipe[2];
   if (pipe2(errpipe, O_CLOEXEC) != 0) return ErrnoStatus(errno, "upgrade: pipe2");
-  UniqueFd err_read(errpipe[0]), err_write(errpipe[1]);
+  base::UniqueFd err_read(errpipe[0]), err_write(errpipe[1]);
 
   const pid_t pid = fork();
   if (pid < 0) return ErrnoStatus(errno, "upgrade: fork");

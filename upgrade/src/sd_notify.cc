@@ -11,8 +11,8 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "kvnode/base/unique_fd.h"
 #include "kvnode/proto/wire.h"
-#include "kvnode/upgrade/unique_fd.h"
 
 namespace kvnode::upgrade {
 
@@ -32,7 +32,7 @@ absl::Status SdNotify(std::string_view state) {
   if (path[0] == '@') addr.sun_path[0] = '\0';
   const socklen_t len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + path.size() +
                                                (path[0] == '@' ? 0 : 1));
-  UniqueFd fd(socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  base::UniqueFd fd(socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
   if (!fd.valid()) {
     return absl::InternalError(absl::StrCat("sd_notify: socket: ", std::strerror(errno)));
   }

@@ -37,8 +37,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "kvnode/base/unique_fd.h"
 #include "kvnode/upgrade/messages.h"
-#include "kvnode/upgrade/unique_fd.h"
 
 namespace kvnode::upgrade {
 
@@ -60,7 +60,7 @@ struct ReceivedMessage {
   HandoffMessage message;
   // Descriptors that came with the frame, CLOEXEC, in SCM_RIGHTS order. For a
   // HandOver their number equals fd_roles.size(); other messages carry none.
-  std::vector<UniqueFd> fds;
+  std::vector<base::UniqueFd> fds;
   PeerCredentials sender;  // from SCM_CREDENTIALS
 };
 
@@ -108,19 +108,19 @@ class HandoffChannel {
   void Close() { fd_.Reset(); }
 
  private:
-  explicit HandoffChannel(UniqueFd fd) : fd_(std::move(fd)) {}
+  explicit HandoffChannel(base::UniqueFd fd) : fd_(std::move(fd)) {}
   absl::Status Fail(absl::Status s);
   // recvmsg() into `buf`, collecting fds and checking credentials.
-  absl::Status ReadChunked(std::span<uint8_t> buf, std::vector<UniqueFd>* fds,
+  absl::Status ReadChunked(std::span<uint8_t> buf, std::vector<base::UniqueFd>* fds,
                            PeerCredentials* sender, absl::Time deadline, bool* got_any);
 
-  UniqueFd fd_;
+  base::UniqueFd fd_;
   pid_t peer_pid_ = 0;
 };
 
 struct HandoffChannel::Pair {
-  HandoffChannel parent;  // O's end
-  UniqueFd child_end;     // N's end: give it to SpawnWithHandoff (process.h)
+  HandoffChannel parent;     // O's end
+  base::UniqueFd child_end;  // N's end: give it to SpawnWithHandoff (process.h)
 };
 
 }  // namespace kvnode::upgrade

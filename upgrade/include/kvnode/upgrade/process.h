@@ -25,7 +25,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "kvnode/upgrade/unique_fd.h"
+#include "kvnode/base/unique_fd.h"
 
 namespace kvnode::upgrade {
 
@@ -104,10 +104,10 @@ class Process {
   [[nodiscard]] absl::StatusOr<ExitStatus> KillAndReap(absl::Time deadline);
 
  private:
-  Process(pid_t pid, UniqueFd pidfd, bool is_child)
+  Process(pid_t pid, base::UniqueFd pidfd, bool is_child)
       : pid_(pid), pidfd_(std::move(pidfd)), is_child_(is_child) {}
   pid_t pid_ = 0;
-  UniqueFd pidfd_;
+  base::UniqueFd pidfd_;
   bool is_child_ = false;
   bool reaped_ = false;
 };
@@ -130,7 +130,8 @@ struct SpawnRequest {
 // failure is reported through a CLOEXEC pipe as the errno of execve
 // (e.g. NotFound "exec /x: No such file or directory"). The parent's copy of
 // child_end is closed before returning, so that N's death reads as EOF.
-[[nodiscard]] absl::StatusOr<Process> SpawnWithHandoff(const SpawnRequest& req, UniqueFd child_end);
+[[nodiscard]] absl::StatusOr<Process> SpawnWithHandoff(const SpawnRequest& req,
+                                                       base::UniqueFd child_end);
 
 }  // namespace kvnode::upgrade
 

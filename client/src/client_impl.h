@@ -1,0 +1,314 @@
+// Internals of kvnode::client::Client (not installed). Split by concern:
+//   control.cc   non-blocking TCP connect and frame I/O, Error mapping
+//   session.cc   the session state machine: handshake (connect, Hello,
+//                Welcome, QP, Ready), Move, reconnect, drain and teardown
+//   client.cc    options, Connect/Close, device setup, control messages,
+//                synchronous API
+//   datapath.cc  hot path: Submit, Poll, completions, GET read path, RPCs
+//
+// Owned by one thread (see client.h); no locks anywhere.
+#ifndef KVNODE_CLIENT_LIB_CLIENT_IMPL_H_
+#define KVNODE_CLIENT_LIB_CLIENT_IMPL_H_
+
+#include <poll.h>
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "kvnode/base/unique_fd.h"
+#include "kvnode/client/client.h"
+#include "kvnode/proto/control.h"
+#include "kvnode/proto/rpc.h"
+#include "kvnode/rdma/cq.h"
+#include "kvnode/rdma/device.h"
+#include "kvnode/rdma/memory.h"
+#include "kvnode/rdma/mr.h"
+#include "kvnode/rdma/pd.h"
+#include "kvnode/rdma/qp.h"
+#include "kvnode/storage/format.h"
+#include "kvnode/storage/read_path.h"
+
+namespace kvnode::client {
+
+// --- control connection (control.cc) ----------------------------------------
+
+// A connected TCP socket (non-blocking), closed on destruction.
+using Fd = base::UniqueFd;
+
+// Starts a TCP connect to "host:port" (TCP_NODELAY, non-blocking) and returns
+// the socket with the connection established or in progress: wait for
+// POLLOUT, then TcpConnectDone. Unavailable when refused at once.
+absl::StatusOr<Fd> TcpConnectStart(const std::string& endpoint);
+// Without waiting: true once the connect of a TcpConnectStart socket has
+// succeeded, false while in progress, Unavailable when it failed.
+absl::StatusOr<bool> TcpConnectDone(int fd, const std::string& endpoint);
+// Both, waiting until `deadline` (DeadlineExceeded when silent).
+absl::StatusOr<Fd> TcpConnect(const std::string& endpoint, absl::Time deadline);
+
+// Sends one control frame without waiting for room: a frame that does not
+// fit in the socket's send buffer means the peer stopped reading, and the
+// error then means "close the connection".
+absl::Status SendFrame(int fd, const proto::ControlMessage& m);
+// Appends whatever has arrived on `fd` to `assembler` without waiting.
+// Unavailable once the peer closed (bytes before the close are appended).
+absl::Status ReceiveAvailable(int fd, proto::FrameAssembler* assembler);
+// poll() on `fds` until one is ready or `until` (at most 1 s); EINTR retried.
+void PollFds(std::span<pollfd> fds, absl::Time until);
+
+// The rdma layer's deadline type for an absl::Time.
+rdma::Deadline ToRdmaDeadline(absl::Time t);
+
+// Maps an Error frame from the server to a typed status.
+absl::Status ServerErrorStatus(const proto::Error& e, std::string_view during);
+
+// --- wr_id layout -------------------------------------------------------------
+// bits 32..63 session epoch, bit 31 receive, bits 0..30 slot or receive index.
+inline uint64_t MakeWrId(uint32_t epoch, bool recv, uint32_t index) {
+  return (uint64_t{epoch} << 32) | (recv ? (1u << 31) : 0u) | index;
+}
+inline uint32_t WrEpoch(uint64_t wr_id) { return static_cast<uint32_t>(wr_id >> 32); }
+inline bool WrIsRecv(uint64_t wr_id) { return (wr_id & (1u << 31)) != 0; }
+inline uint32_t WrIndex(uint64_t wr_id) { return static_cast<uint32_t>(wr_id) & ~(1u << 31); }
+
+// --- session (session.cc) --------------------------------------------------------
+
+// Where a Session is. The handshake (kConnecting..kAwaitReady) and the
+// retirement (kDraining, kFlushing) advance from Poll, one step when its fd
+// or completion is ready, each step bounded by Session::step_deadline;
+// nothing waits.
+enum class SessionState : uint8_t {
+  kConnecting,    // TCP connect in progress: wait for POLLOUT
+  kAwaitWelcome,  // Hello sent
+  kAwaitReady,    // QP in RTS, ClientQp sent
+  kUp,            // serving
+  kDraining,      // left by a Move: what is outstanding on its QP finishes
+  kFlushing,      // QP in ERR: waiting for the flushed completions
+};
+const char* SessionStateName(SessionState s);
+
+// One connection to one server process: the control socket, the RC QP and
+// its receive buffers. A Client has one, and more while it moves or
+// reconnects (current_, pending_, retiring_).
+struct Session {
+  uint32_t epoch = 0;  // tags this session's wr_ids
+  std::string endpoint;
+  SessionState state = SessionState::kConnecting;
+  absl::Time step_deadline;  // the current step fails (or gives up) then
+  bool for_move = false;     // handshake started by a Move (not a reconnect)
+  bool first = false;        // Connect()'s: every wait bounded by connect_timeout
+  proto::Welcome welcome;
+  std::optional<storage::Geometry> geometry;  // nullopt: no READ fast path
+
+  Fd fd;
+  proto::FrameAssembler assembler;
+  // Receive buffers: one of the Client's two pre-registered sides (a Move
+  // needs two sessions at once; registering per session would lengthen the
+  // blackout). Owned by Impl, which outlives every Session.
+  uint32_t side = 0;
+  rdma::Mr* recv_mr = nullptr;
+  const uint8_t* recv_base = nullptr;
+  std::unique_ptr<rdma::Qp> qp;
+
+  uint32_t recv_buffers = 0;      // posted at connect, reposted after each response
+  uint32_t credits = 0;           // min(Welcome.max_rpc_credits, recv_buffers)
+  uint32_t rpcs_outstanding = 0;  // requests sent minus responses received
+
+  absl::Time last_rx;   // last control frame received
+  absl::Time last_tx;   // last control frame sent
+  bool moving = false;  // Move received: READs go on, RPCs wait for the new session
+  proto::Move move;
+  absl::Time move_drain_deadline;
+  bool moved = false;   // retired by a Move: MoveAck and Goodbye once drained
+  bool broken = false;  // lost or retiring: post nothing here
+  absl::Status broken_why;
+};
+
+// --- operation slots -----------------------------------------------------------
+
+struct Slot {
+  enum class State : uint8_t {
+    kFree,
+    kQueued,   // waiting in Impl::queue_ (credits, backoff, session)
+    kReading,  // READ posted (read_outstanding)
+    kRpc,      // request sent, waiting for the response
+    kDone,     // finished; in done_ until Poll reports it, then freed when
+               // no work request names its buffers any more
+  };
+  State state = State::kFree;
+  OpKind kind = OpKind::kGet;
+  uint64_t user_data = 0;
+  absl::Time deadline;
+  absl::Time submitted;
+  absl::Time not_before;  // queued: earliest retry (BUSY backoff)
+  std::string key;        // capacity reserved once
+  // RPC: sequence (0 = none yet); the request is encoded in the send buffer
+  // (send_len bytes) and re-sent unchanged on retry.
+  uint64_t sequence = 0;
+  uint32_t send_len = 0;
+  bool use_rpc = false;  // GET: go by RPC
+  bool force_rpc = false;
+  // GET read path.
+  storage::ReadStep step;
+  uint32_t read_attempts = 0;  // FirstRead restarts (torn reads)
+  uint32_t reads = 0;          // READs issued for this GET
+  // Work requests of this slot not yet completed, and where they were posted.
+  uint8_t reads_outstanding = 0;
+  uint8_t sends_outstanding = 0;
+  bool awaiting_response = false;
+  bool in_queue = false;  // an entry for this slot is in Impl::queue_
+  bool reported = false;  // returned by Poll
+  uint32_t epoch = 0;     // session epoch of the outstanding work
+  uint32_t sends = 0;
+  uint32_t busy_count = 0;
+  uint32_t internal_count = 0;
+  // Result (GET/PING value is in the slot's read buffer).
+  absl::Status status;
+  uint64_t version = 0;
+  uint32_t value_off = 0;  // value at ReadBuf + value_off
+  uint32_t value_len = 0;
+  bool via_rpc = false;
+};
+
+class Client::Impl {
+ public:
+  explicit Impl(ClientOptions options) : options_(std::move(options)) {}
+  ~Impl();
+
+  // client.cc
+  absl::Status Init();  // first session (device, PD, CQ, buffers on its Welcome)
+  absl::Status Close(absl::Time deadline);
+  OpResult Execute(const OpRequest& op);
+
+  // datapath.cc
+  absl::Status Submit(const OpRequest& op);
+  size_t Poll(std::span<OpResult> out);
+  void Wait(absl::Time until);
+  void AppendWaitFds(std::vector<struct pollfd>* fds, absl::Time* until);
+  uint32_t available() const { return static_cast<uint32_t>(free_.size()); }
+  uint32_t outstanding() const { return options_.max_outstanding - available(); }
+
+  ClientOptions options_;
+  ClientStats stats_;
+  uint64_t client_id_ = 0;
+  uint64_t generation_ = 0;
+  std::string endpoint_;  // current endpoint (changes with Move)
+  bool closed_ = false;
+
+ private:
+  friend class Client;
+
+  // --- client.cc ---------------------------------------------------------------
+  // Device context, PD, CQ and registered buffers: on the first Welcome, so
+  // they are set up while the server answers.
+  absl::Status InitDevice();
+  // Control frames of the current session: Keepalive/Move/Goodbye/...
+  void PollControl(Session* s, absl::Time now);
+  void SendControl(Session* s, const proto::ControlMessage& m);
+
+  // --- session.cc: the session state machine -------------------------------------
+  // Everything below runs from Poll (and Connect/Close) and never waits.
+  void ProgressSessions(absl::Time now);
+  // Handshake of pending_ with `endpoint` as client_id_ (0: new id). One
+  // function per step; each returns an error that ends the attempt.
+  void StartHandshake(const std::string& endpoint, bool for_move, absl::Time now);
+  void StepHandshake(absl::Time now);
+  absl::Status StepConnect(Session* s, absl::Time now);  // POLLOUT -> Hello
+  absl::Status SendHello(Session* s, absl::Time now);
+  absl::Status StepReceive(Session* s, absl::Time now);         // Welcome or Ready
+  absl::Status OnWelcome(Session* s, const proto::Welcome& w);  // QP, ClientQp
+  void OnReady(Session* s, absl::Time now);
+  void HandshakeFailed(absl::Status why, absl::Time now);
+  // pending_ is up: it becomes current_; a moved current_ is retired.
+  void InstallPending(absl::Time now);
+  // A session leaves: drained (kDraining, moved) and flushed (kFlushing)
+  // from StepRetiring, then destroyed (FinishRetire).
+  void Retire(std::unique_ptr<Session> s, absl::Time now);
+  void StepRetiring(absl::Time now);
+  void FinishRetire(std::unique_ptr<Session> s, absl::Time now);
+  bool HasOutstandingWork(const Session* s) const;
+  // Slots whose work was on `s` (now gone): requeued with the same sequence.
+  void ReleaseSlots(const Session* s, absl::Time now);
+  // The current session was lost: retire it, schedule reconnection.
+  void OnSessionLost(absl::Time now);
+  // Blocking teardown for Close(): drain with a deadline, destroy.
+  void DestroySession(std::unique_ptr<Session>& holder, bool say_goodbye);
+  bool SideFree() const { return !side_in_use_[0] || !side_in_use_[1]; }
+  // How long a handshake step waits for the server's Welcome or Ready.
+  absl::Duration AnswerWait(const Session* s) const;
+
+  // --- datapath.cc -------------------------------------------------------------
+  int PollCq();
+  void OnCompletion(const rdma::Completion& c);
+  void OnReadDone(uint32_t idx, Slot& slot);
+  void OnResponse(Session* s, uint32_t recv_index, uint32_t byte_len);
+  // Starts (or restarts) a slot on the current session, or queues it.
+  void Start(uint32_t idx);
+  void PostRead(uint32_t idx, Slot& slot);
+  void SendRpc(uint32_t idx, Slot& slot);
+  absl::Status EncodeRpc(uint32_t idx, std::string_view value);
+  void MarkBroken(Session* s, absl::Status why);
+  void Requeue(uint32_t idx, absl::Time not_before);
+  void Finish(uint32_t idx, absl::Status status);
+  void MaybeFree(uint32_t idx);
+  void RunQueue(absl::Time now);
+  void CheckDeadlines(absl::Time now);
+  void RepostRecv(Session* s, uint32_t recv_index);
+  Session* SessionByEpoch(uint32_t epoch);
+  // READs keep going on the current session while a Move's handshake runs;
+  // RPCs wait for the new session.
+  bool CanRead() const { return current_ != nullptr && !current_->broken; }
+  bool CanSend() const { return CanRead() && !current_->moving; }
+  char* SendBuf(uint32_t idx) { return static_cast<char*>(slot_mem_.data()) + idx * kSlotStride; }
+  char* ReadBuf(uint32_t idx) { return SendBuf(idx) + kSendBufSize; }
+
+ public:
+  static constexpr uint32_t kSendBufSize = (proto::kMaxRpcMessageSize + 63) / 64 * 64;
+  static constexpr uint32_t kReadBufSize = (storage::kMaxObjectSize + 63) / 64 * 64;
+  static constexpr uint32_t kSlotStride = kSendBufSize + kReadBufSize;
+  static constexpr uint32_t kRecvBufSize = kSendBufSize;
+
+ private:
+  // Declared in creation order so C++ releases them in teardown order:
+  // sessions (QPs, receive MRs) first, then the slot MR, its memory, the CQ,
+  // the PD and last the device context.
+  std::shared_ptr<rdma::Device> device_;
+  std::shared_ptr<rdma::Pd> pd_;
+  std::shared_ptr<rdma::Cq> cq_;
+  rdma::HostMemory slot_mem_;
+  std::shared_ptr<rdma::Mr> slot_mr_;
+  rdma::HostMemory recv_mem_[2];
+  std::shared_ptr<rdma::Mr> recv_mr_[2];
+  bool side_in_use_[2] = {false, false};
+  std::unique_ptr<Session> current_;                // where new work goes (kUp)
+  std::unique_ptr<Session> pending_;                // handshake in progress (Move or reconnect)
+  std::vector<std::unique_ptr<Session>> retiring_;  // draining/flushing, then destroyed
+
+  std::vector<Slot> slots_;
+  std::vector<uint32_t> free_;
+  std::deque<uint32_t> queue_;  // slots in State::kQueued
+  std::deque<uint32_t> done_;   // finished, not yet returned by Poll
+  uint64_t next_sequence_ = 1;
+  uint32_t next_epoch_ = 1;
+  uint32_t sync_tag_ = 0;
+
+  // Reconnection; next_reconnect_ also paces a Move's handshake attempts.
+  bool need_reconnect_ = false;
+  absl::Time next_reconnect_;
+  absl::Duration reconnect_backoff_;
+  absl::Status last_connect_error_;
+
+  absl::Time next_control_check_;
+  absl::Time next_deadline_check_;
+};
+
+}  // namespace kvnode::client
+
+#endif  // KVNODE_CLIENT_LIB_CLIENT_IMPL_H_

@@ -1,0 +1,248 @@
+// kvnode: the storage server process. Flags are copied into ServerOptions
+// (server/include/kvnode/server/options.h documents each field).
+#include <gflags/gflags.h>
+#include <glog/logging.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <climits>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "kvnode/node/node.h"
+#include "kvnode/server/server.h"
+#include "kvnode/upgrade/fault.h"
+#include "kvnode/upgrade/header.h"
+#include "kvnode/upgrade/process.h"
+#include "kvnode/upgrade/sd_notify.h"
+
+DECLARE_bool(help);
+DECLARE_string(helpmatch);
+
+DEFINE_string(listen, "127.0.0.1:7000",
+              "TCP address of the control listener, host:port or [v6]:port (port 0 = any free "
+              "port; the chosen one is logged and shown by `kvctl ping`)");
+DEFINE_string(rdma_device, "", "verbs device name, e.g. rxe0 or mlx5_0 (default: first ACTIVE)");
+DEFINE_int32(rdma_port, 1, "port number of the verbs device");
+DEFINE_int32(gid_index, -1, "GID index (-1: automatic, the IPv4-mapped RoCE v2 GID)");
+DEFINE_string(db_path, "", "RocksDB directory (required; created if missing)");
+DEFINE_bool(sync_writes, true, "fsync RocksDB's WAL before a write is acknowledged");
+DEFINE_uint64(arena_size, uint64_t{256} << 20,
+              "bytes of the shared-memory arena that clients READ (rounded to pages)");
+DEFINE_string(arena_path, "",
+              "put the arena in a file at this path (e.g. on a hugetlbfs mount) instead of a "
+              "POSIX shm object");
+DEFINE_string(shm_name, "kvnode-arena",
+              "name of the arena's POSIX shm object (/dev/shm/NAME) when --arena_path is empty");
+DEFINE_bool(keep_arena, false,
+            "keep the arena segment at clean shutdown; the next start re-attaches it without a "
+            "rebuild when its generation matches RocksDB");
+DEFINE_string(auth_token_file, "",
+              "file with the token clients must present (mode 0600; empty: no authentication)");
+DEFINE_uint32(max_clients, 64, "most concurrent client sessions (each one QP and one window)");
+DEFINE_uint32(rpc_credits, 8,
+              "RPC receive buffers per client = most RPCs a client may have outstanding");
+DEFINE_string(memory_windows, "auto",
+              "serve the arena through a type-2 memory window per client: auto (when the device "
+              "supports them), on, off (the arena MR's rkey)");
+DEFINE_int64(handshake_timeout_ms, 5000, "cut a client that has not finished Hello..Ready by then");
+DEFINE_int64(keepalive_ms, 1000, "keepalive interval on control connections (0 disables)");
+DEFINE_uint32(keepalive_misses, 3, "cut a session silent for this many keepalive intervals");
+DEFINE_int64(shutdown_timeout_ms, 10000, "bound on draining sessions at SIGTERM");
+DEFINE_uint32(dedupe_window, 1024, "applied writes remembered per client id (>= 1024)");
+DEFINE_uint32(max_client_records, 4096,
+              "dedupe records of disconnected client ids kept for their reconnect");
+DEFINE_uint32(spin_us, 20,
+              "busy-poll the CQ this long after activity before sleeping on the completion "
+              "channel");
+DEFINE_string(pid_file, "", "write the pid here after startup (removed at exit)");
+DEFINE_string(admin_socket, "",
+              "Unix socket for kvctl (default /run/kvnode/admin.sock, else "
+              "$XDG_RUNTIME_DIR/kvnode/admin.sock, else /tmp/kvnode-$UID/admin.sock)");
+DEFINE_string(log_level, "info", "least severity logged: info, warning, error");
+DEFINE_uint64(generation, 1, "upgrade generation of this process (set by the upgrade module)");
+DEFINE_string(build_id, "", "build identification shown in stats (default: version)");
+DEFINE_string(upgrade_binary, "",
+              "binary a live upgrade (SIGUSR2, kvctl upgrade) execs (default: the path this "
+              "process was started from, resolved at start)");
+DEFINE_string(upgrade_handoff, "",
+              "internal: FD:PID of the handoff channel, given by the old process to the new one");
+DEFINE_string(upgrade_fault, "",
+              "tests: PHASE:ACTION[,...] fault injection in live upgrades (ACTION = crash | hang "
+              "| fail; phases in docs/upgrade.md)");
+DEFINE_string(upgrade_test_incompatible, "",
+              "tests: make this binary incompatible for a handoff: layout | protocol | struct | "
+              "capability");
+DEFINE_int64(upgrade_move_deadline_ms, 5000,
+             "live upgrade: a client that has not acknowledged Move by then is cut");
+DEFINE_int64(upgrade_hello_deadline_ms, 30000,
+             "live upgrade: the new process must have validated the header and said Hello by "
+             "then (exec of a large binary is slow under emulation)");
+DEFINE_int64(upgrade_ready_deadline_ms, 60000,
+             "live upgrade: the new process must be registered and Ready by then");
+DEFINE_int64(upgrade_pause_deadline_ms, 10000,
+             "live upgrade: writes in flight must be finished this long after the pause");
+DEFINE_int64(upgrade_owned_deadline_ms, 30000,
+             "live upgrade: the new process must own RocksDB this long after HandOver");
+DEFINE_int64(upgrade_old_exit_deadline_ms, 30000,
+             "live upgrade: the new process kills an old one still alive this long after Owned");
+DEFINE_int64(upgrade_write_pause_limit_ms, 20000,
+             "live upgrade: longest write pause; without Owned by then the old process rolls "
+             "back (its watchdog does it if the upgrade thread is stuck)");
+DEFINE_int64(upgrade_step_deadline_ms, 30000,
+             "live upgrade: deadline of the old process's steps that have none of their own "
+             "(memtable flush, RocksDB close); the watchdog rolls back 2 s after it");
+
+#ifndef KVNODE_VERSION
+#define KVNODE_VERSION "dev"
+#endif
+
+int main(int argc, char** argv) {
+  // Everything the node creates is its user's only: RocksDB's directory and
+  // files (which follow the umask: 0755/0644 under the usual 022 would let any
+  // local user read every value), the pid file, sockets. Set before anything
+  // is created, so RocksDB's threads and an upgrade's exec inherit it. Files
+  // that must be private whatever the umask (arena, admin socket) also set
+  // their mode explicitly.
+  umask(077);
+  // The argv a live upgrade restarts with (before gflags removes anything).
+  const std::vector<std::string> start_argv(argv, argv + argc);
+  gflags::SetUsageMessage(
+      "RDMA key-value storage node.\n"
+      "  kvnode --db_path DIR [--listen HOST:PORT] [--admin_socket PATH] ...\n"
+      "GETs are served by one-sided RDMA READs of a shared-memory arena; PUT/DELETE by RPC\n"
+      "into RocksDB. SIGTERM/SIGINT stop it cleanly. Flags:");
+  gflags::SetVersionString(KVNODE_VERSION);
+  // --help lists this program's own flags; --helpfull adds gflags' and glog's.
+  gflags::ParseCommandLineNonHelpFlags(&argc, &argv, true);
+  if (FLAGS_help) {
+    FLAGS_help = false;
+    FLAGS_helpmatch = __FILE__;
+  }
+  gflags::HandleCommandLineHelpFlags();
+  FLAGS_logtostderr = true;
+  if (FLAGS_log_level == "info") {
+    FLAGS_minloglevel = 0;
+  } else if (FLAGS_log_level == "warning") {
+    FLAGS_minloglevel = 1;
+  } else if (FLAGS_log_level == "error") {
+    FLAGS_minloglevel = 2;
+  } else {
+    std::cerr << "--log_level: must be info, warning or error\n";
+    return 2;
+  }
+  google::InitGoogleLogging(argv[0]);
+  if (argc > 1) {
+    LOG(ERROR) << "unexpected argument '" << argv[1] << "' (see --help)";
+    return 2;
+  }
+
+  kvnode::server::ServerOptions o;
+  o.listen = FLAGS_listen;
+  o.rdma_device = FLAGS_rdma_device;
+  o.rdma_port = FLAGS_rdma_port;
+  o.gid_index = FLAGS_gid_index;
+  o.db_path = FLAGS_db_path;
+  o.sync_writes = FLAGS_sync_writes;
+  o.arena_size = FLAGS_arena_size;
+  o.arena_path = FLAGS_arena_path;
+  o.shm_name = FLAGS_shm_name;
+  o.keep_arena = FLAGS_keep_arena;
+  o.auth_token_file = FLAGS_auth_token_file;
+  o.max_clients = FLAGS_max_clients;
+  o.rpc_credits = FLAGS_rpc_credits;
+  o.memory_windows = FLAGS_memory_windows;
+  o.handshake_timeout = absl::Milliseconds(FLAGS_handshake_timeout_ms);
+  o.keepalive_interval = absl::Milliseconds(FLAGS_keepalive_ms);
+  o.keepalive_misses = FLAGS_keepalive_misses;
+  o.shutdown_timeout = absl::Milliseconds(FLAGS_shutdown_timeout_ms);
+  o.dedupe_window = FLAGS_dedupe_window;
+  o.max_client_records = FLAGS_max_client_records;
+  o.spin_us = FLAGS_spin_us;
+  o.pid_file = FLAGS_pid_file;
+  o.admin_socket = FLAGS_admin_socket;
+  o.generation = FLAGS_generation;
+  o.build_id = FLAGS_build_id.empty() ? std::string(KVNODE_VERSION) : FLAGS_build_id;
+
+  namespace up = kvnode::upgrade;
+  absl::StatusOr<up::FaultPlan> plan = up::FaultPlan::Parse(FLAGS_upgrade_fault);
+  if (!plan.ok()) {
+    LOG(ERROR) << "--upgrade_fault: " << plan.status();
+    return 2;
+  }
+  up::SetFaultPlan(*plan);
+  up::NodeUpgradeOptions uo;
+  absl::StatusOr<up::Compat> compat = up::NodeCompat(FLAGS_upgrade_test_incompatible);
+  if (!compat.ok()) {
+    LOG(ERROR) << "--upgrade_test_incompatible: " << compat.status();
+    return 2;
+  }
+  uo.compat = *compat;
+  uo.argv = start_argv;
+  uo.build_id = o.build_id;
+  uo.shm_name = o.shm_name;
+  uo.move_deadline = absl::Milliseconds(FLAGS_upgrade_move_deadline_ms);
+  uo.hello_deadline = absl::Milliseconds(FLAGS_upgrade_hello_deadline_ms);
+  uo.ready_deadline = absl::Milliseconds(FLAGS_upgrade_ready_deadline_ms);
+  uo.pause_deadline = absl::Milliseconds(FLAGS_upgrade_pause_deadline_ms);
+  uo.owned_deadline = absl::Milliseconds(FLAGS_upgrade_owned_deadline_ms);
+  uo.old_exit_deadline = absl::Milliseconds(FLAGS_upgrade_old_exit_deadline_ms);
+  uo.write_pause_limit = absl::Milliseconds(FLAGS_upgrade_write_pause_limit_ms);
+  uo.step_deadline = absl::Milliseconds(FLAGS_upgrade_step_deadline_ms);
+  absl::StatusOr<std::string> binary = FLAGS_upgrade_binary.empty()
+                                           ? up::ResolveStartBinary(start_argv[0])
+                                           : up::CheckUpgradeBinary(FLAGS_upgrade_binary);
+  if (binary.ok()) {
+    uo.binary = *binary;
+  } else {
+    LOG(WARNING) << "live upgrades without an explicit binary are refused: " << binary.status();
+  }
+  if (absl::Status s = uo.Validate(); !s.ok()) {
+    LOG(ERROR) << "kvnode: upgrade options: " << s;
+    return 2;
+  }
+
+  up::UpgradeMetrics upgrade_metrics;
+  std::unique_ptr<kvnode::server::Server> server;
+  std::unique_ptr<up::NewSideTail> tail;
+  if (!FLAGS_upgrade_handoff.empty()) {
+    auto taken = up::TakeOver(o, FLAGS_upgrade_handoff, uo, &upgrade_metrics);
+    if (!taken.ok()) {
+      // Nothing of the old process's was disturbed; leave without running
+      // destructors that could touch the shared arena.
+      LOG(ERROR) << "kvnode: not taking over: " << taken.status();
+      google::FlushLogFiles(google::GLOG_INFO);
+      _exit(absl::IsFailedPrecondition(taken.status()) ? 2 : 4);
+    }
+    server = std::move(taken->first);
+    tail = std::move(taken->second);
+  } else {
+    // A header left by a process that crashed mid-upgrade is stale now.
+    if (absl::StatusOr<std::string> h = up::HandoffHeaderShmName(o.shm_name); h.ok()) {
+      (void)up::RemoveHandoffHeader(*h);
+    }
+    absl::StatusOr<std::unique_ptr<kvnode::server::Server>> created =
+        kvnode::server::Server::Create(o);
+    if (!created.ok()) {
+      LOG(ERROR) << "kvnode: cannot start: " << created.status();
+      return 1;
+    }
+    server = std::move(*created);
+    (void)up::SdNotifyReady();
+  }
+  up::OldSide old_side(server.get(), uo, &upgrade_metrics);
+  old_side.Install();
+  if (tail != nullptr) tail->Start(old_side.busy_flag());
+  const uint64_t generation = server->generation();
+  absl::Status s = server->Run();
+  const int code = old_side.FinishAfterRun(s);
+  tail.reset();
+  server.reset();
+  if (!s.ok()) LOG(ERROR) << "kvnode: unclean exit: " << s;
+  LOG(INFO) << "kvnode: exit " << code << " (pid " << getpid() << ", generation " << generation
+            << ")";
+  return code;
+}

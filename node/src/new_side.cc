@@ -1,0 +1,270 @@
+// The new side N of a live upgrade (docs/upgrade.md section 2).
+#include <glog/logging.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "kvnode/node/node.h"
+#include "kvnode/storage/store.h"
+#include "kvnode/upgrade/fault.h"
+#include "kvnode/upgrade/sd_notify.h"
+#include "node_internal.h"
+
+namespace kvnode::upgrade {
+namespace {
+
+void SendAbort(HandoffChannel& ch, AbortCode code, const absl::Status& why) {
+  Abort ab;
+  ab.code = static_cast<uint32_t>(code);
+  ab.message = std::string(why.message()).substr(0, kMaxAbortMessageSize);
+  if (absl::Status s = ch.Send(ab, absl::Now() + absl::Seconds(2)); !s.ok()) {
+    LOG(WARNING) << "upgrade: could not send Abort to the old process: " << s;
+  }
+}
+
+AbortCode CodeFor(const absl::Status& s) {
+  if (absl::IsAborted(s) && absl::StrContains(s.message(), "injected")) {
+    return AbortCode::kInjectedFault;
+  }
+  if (absl::IsDeadlineExceeded(s)) return AbortCode::kDeadline;
+  return AbortCode::kInternal;
+}
+
+}  // namespace
+
+absl::StatusOr<std::pair<std::unique_ptr<server::Server>, std::unique_ptr<NewSideTail>>> TakeOver(
+    server::ServerOptions options, const std::string& handoff_flag,
+    const NodeUpgradeOptions& upgrade, UpgradeMetrics* metrics) {
+  absl::Time phase_start = absl::Now();
+  std::map<std::string, absl::Duration> phases;
+  auto mark = [&](const char* name) {
+    const absl::Time now = absl::Now();
+    phases[name] = now - phase_start;
+    phase_start = now;
+  };
+  absl::StatusOr<HandoffArg> arg = ParseHandoffArg(handoff_flag);
+  if (!arg.ok()) return arg.status();
+  absl::StatusOr<HandoffChannel> adopted = HandoffChannel::Adopt(arg->fd, arg->o_pid);
+  if (!adopted.ok()) return WithContext(adopted.status(), "adopting the handoff channel");
+  HandoffChannel ch = std::move(*adopted);
+  absl::StatusOr<Process> old = Process::Open(arg->o_pid, /*is_child=*/false);
+  if (!old.ok()) return WithContext(old.status(), "watching the old process");
+
+  // 1. The header, before anything else is touched.
+  absl::StatusOr<std::string> hname = HandoffHeaderShmName(options.shm_name);
+  if (!hname.ok()) return hname.status();
+  HandoffExpectations ex;
+  ex.o_pid = arg->o_pid;
+  ex.arena_shm_name = options.shm_name;
+  std::vector<Mismatch> mismatches;
+  absl::StatusOr<HandoffHeader> h =
+      ReadAndValidateHandoffHeader(*hname, upgrade.compat, ex, &mismatches);
+  if (!h.ok()) {
+    LOG(ERROR) << "upgrade: refusing to take over: " << h.status();
+    SendAbort(ch, mismatches.empty() ? AbortCode::kInternal : AbortCode::kIncompatible, h.status());
+    return h.status();
+  }
+  options.generation = h->generation + 1;
+  Hello hello;
+  hello.pid = static_cast<uint32_t>(getpid());
+  hello.generation = options.generation;
+  hello.capabilities = h->required_capabilities & upgrade.compat.supported_capabilities;
+  hello.build_id = upgrade.build_id.substr(0, kMaxBuildIdSize);
+  if (absl::Status s = ch.Send(hello, absl::Now() + absl::Seconds(5)); !s.ok()) {
+    return WithContext(s, "sending Hello");
+  }
+  LOG(INFO) << "upgrade: new process " << getpid() << " (build " << upgrade.build_id
+            << ") taking over from pid " << arg->o_pid << " (build " << h->build_id
+            << ") as generation " << options.generation;
+
+  // 2. Attach, register, Ready: O serves everything meanwhile.
+  if (absl::Status s = MaybeInjectFault(Phase::kNAttach); !s.ok()) {
+    SendAbort(ch, CodeFor(s), s);
+    return s;
+  }
+  absl::StatusOr<std::unique_ptr<server::Server>> created =
+      server::Server::CreateForTakeover(options, [&]() -> absl::Status {
+        mark("n_attach");
+        return MaybeInjectFault(Phase::kNRegister);
+      });
+  if (!created.ok()) {
+    SendAbort(ch, CodeFor(created.status()), created.status());
+    return created.status();
+  }
+  std::unique_ptr<server::Server> srv = std::move(*created);
+  // From here on an error leaks `srv` on purpose: the caller _exit()s
+  // without running destructors that would touch the shared arena.
+  auto fail = [&](const absl::Status& s, bool tell) -> absl::Status {
+    if (tell) SendAbort(ch, CodeFor(s), s);
+    (void)srv.release();
+    return s;
+  };
+  const server::Server::ArenaInfo ai = srv->arena_info();
+  if (ai.arena_id != h->arena_id) {
+    return fail(absl::FailedPreconditionError(
+                    absl::StrCat("attached arena ", ai.arena_id, ", header names ", h->arena_id)),
+                true);
+  }
+  mark("n_register");
+  // RocksDB's open is the larger half of the write pause: run its code once
+  // now, on an in-memory database, while O still serves writes.
+  if (absl::Status s = storage::Store::WarmUpDbCode(); !s.ok()) {
+    LOG(WARNING) << "upgrade: " << s << " (continuing without it)";
+  }
+  mark("n_warm_up");
+  if (absl::Status s = MaybeInjectFault(Phase::kNReady); !s.ok()) return fail(s, true);
+  Ready ready;
+  ready.rkey = ai.rkey;
+  ready.arena_remote_addr = ai.remote_addr;
+  ready.arena_id = ai.arena_id;
+  ready.registered_bytes = ai.registered_bytes;
+  ready.mr_imported = 0;  // rxe has no ibv_import_*: registered anew
+  if (absl::Status s = ch.Send(ready, absl::Now() + absl::Seconds(5)); !s.ok()) {
+    return fail(WithContext(s, "sending Ready"), false);
+  }
+  mark("n_ready");
+  LOG(INFO) << "upgrade: Ready sent (rkey " << ai.rkey << ", " << ai.registered_bytes
+            << " bytes registered)";
+
+  // 3. HandOver, or O's death.
+  auto tail = std::unique_ptr<NewSideTail>(new NewSideTail());
+  server::InheritedSockets inherited;
+  HandOver ho;
+  absl::StatusOr<ReceivedMessage> m = ch.Receive(absl::Now() + upgrade.handover_deadline);
+  if (!m.ok()) {
+    if (old->WaitExit(absl::Now() + absl::Seconds(2)).ok()) {
+      LOG(WARNING) << "upgrade: the old process " << arg->o_pid
+                   << " died before HandOver; taking over alone (binding " << options.listen
+                   << ", opening RocksDB after it)";
+      tail->alone_ = true;
+    } else {
+      return fail(WithContext(m.status(), "waiting for HandOver"), true);
+    }
+  } else if (const Abort* ab = std::get_if<Abort>(&m->message)) {
+    return fail(absl::AbortedError(absl::StrCat("the old process aborted: ", ab->message)), false);
+  } else if (HandOver* got = std::get_if<HandOver>(&m->message)) {
+    ho = std::move(*got);
+    if (ho.generation != options.generation) {
+      return fail(
+          absl::FailedPreconditionError(absl::StrCat("HandOver for generation ", ho.generation)),
+          true);
+    }
+    for (size_t i = 0; i < ho.fd_roles.size() && i < m->fds.size(); ++i) {
+      if (ho.fd_roles[i] == FdRole::kListenTcp) inherited.listen_fd = m->fds[i].Release();
+      if (ho.fd_roles[i] == FdRole::kAdminSocket) inherited.admin_fd = m->fds[i].Release();
+    }
+  } else {
+    return fail(UnexpectedMessage(m->message, "HandOver"), true);
+  }
+  mark("n_handover_wait");
+
+  // 4. RocksDB, sockets, sessions, counters.
+  if (absl::Status s = MaybeInjectFault(Phase::kNOpenDb); !s.ok()) return fail(s, !tail->alone_);
+  if (absl::Status s = srv->CompleteTakeover(inherited); !s.ok()) {
+    return fail(WithContext(s, "opening RocksDB / adopting the sockets"), !tail->alone_);
+  }
+  mark("n_open_db");
+  if (!tail->alone_) {
+    srv->ImportSessions(FromSessionTable(ho.sessions));
+    const std::vector<std::pair<std::string, uint64_t>> counters = FromCounters(ho.counters);
+    srv->metrics().Import(counters);
+    metrics->ImportFrom(counters);
+  } else {
+    metrics->Add(UpgradeMetrics::kTakeoversAlone);
+  }
+  metrics->Add(UpgradeMetrics::kMrBytesRegistered, ai.registered_bytes);
+  srv->metrics().Add(server::Counter::kUpgrades);
+  srv->SetUpgradeInProgress(true);
+  if (absl::Status s = MaybeInjectFault(Phase::kNAccepting); !s.ok()) {
+    return fail(s, !tail->alone_);
+  }
+  if (!tail->alone_) {
+    Owned owned;
+    owned.generation = options.generation;
+    owned.pid = static_cast<uint32_t>(getpid());
+    if (absl::Status s = ch.Send(owned, absl::Now() + absl::Seconds(5)); !s.ok()) {
+      // O died after HandOver: we own everything anyway.
+      LOG(WARNING) << "upgrade: sending Owned: " << s << " (carrying on)";
+    }
+  }
+  mark("n_accepting");
+  for (const auto& [k, d] : phases) metrics->SetLast(k, d);
+  if (absl::Status s = SdNotifyNewMainPid(getpid()); !s.ok()) {
+    LOG(WARNING) << "upgrade: sd_notify: " << s;
+  }
+  LOG(INFO) << "upgrade: generation " << options.generation << " owns RocksDB and accepts on "
+            << srv->listen_address();
+
+  tail->server_ = srv.get();
+  tail->metrics_ = metrics;
+  tail->channel_.emplace(std::move(ch));
+  tail->old_.emplace(std::move(*old));
+  tail->header_name_ = *hname;
+  tail->old_exit_deadline = upgrade.old_exit_deadline;
+  tail->started_ = absl::Now();
+  return std::make_pair(std::move(srv), std::move(tail));
+}
+
+NewSideTail::~NewSideTail() {
+  if (thread_.joinable()) thread_.join();
+}
+
+void NewSideTail::Start(std::atomic<bool>* busy) {
+  busy_ = busy;
+  if (busy_ != nullptr) busy_->store(true);
+  thread_ = std::thread([this] { Wait(); });
+}
+
+void NewSideTail::Wait() {
+  if (!alone_) {
+    const absl::Time end = started_ + old_exit_deadline;
+    bool gone = false;
+    for (;;) {
+      absl::StatusOr<ReceivedMessage> m = channel_->Receive(end);
+      if (!m.ok()) {
+        if (absl::IsDeadlineExceeded(m.status()) && !old_->HasExited()) {
+          LOG(ERROR) << "upgrade: the old process " << old_->pid() << " did not finish within "
+                     << absl::FormatDuration(old_exit_deadline) << " of Owned: killing it";
+          (void)old_->Signal(SIGKILL);
+          metrics_->Add(UpgradeMetrics::kOldKilled);
+        } else if (!gone) {
+          LOG(WARNING) << "upgrade: the old process " << old_->pid()
+                       << " went away without Gone: " << m.status();
+        }
+        break;
+      }
+      if (const Gone* g = std::get_if<Gone>(&m->message)) {
+        gone = true;
+        const std::vector<std::pair<std::string, uint64_t>> delta = FromCounters(g->counters_delta);
+        server_->metrics().Import(delta);
+        metrics_->ImportFrom(delta);
+        LOG(INFO) << "upgrade: Gone from pid " << old_->pid() << ": " << g->clients_moved
+                  << " clients moved, " << g->clients_cut << " cut";
+        continue;  // then EOF when it exits
+      }
+      LOG(WARNING) << "upgrade: unexpected "
+                   << HandoffTypeName(static_cast<uint16_t>(TypeOf(m->message)))
+                   << " from the old process";
+    }
+    if (absl::Status s = old_->WaitExit(absl::Now() + absl::Seconds(10)); !s.ok()) {
+      LOG(ERROR) << "upgrade: the old process " << old_->pid() << " is still alive: " << s;
+    } else {
+      LOG(INFO) << "upgrade: the old process " << old_->pid() << " has exited";
+    }
+  }
+  channel_.reset();
+  (void)RemoveHandoffHeader(header_name_);
+  server_->SetUpgradeInProgress(false);
+  if (busy_ != nullptr) busy_->store(false);
+  LOG(INFO) << "upgrade: generation " << server_->generation() << " complete";
+}
+
+}  // namespace kvnode::upgrade

@@ -1,0 +1,662 @@
+// The old side O of a live upgrade (docs/upgrade.md section 2): one upgrade
+// thread per request, talking to the server through its control thread, and
+// one watchdog thread per attempt that rolls back in its place when it is
+// stuck (section 3, "Watchdog").
+#include <glog/logging.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "kvnode/node/node.h"
+#include "kvnode/proto/control.h"
+#include "kvnode/server/dedupe.h"
+#include "kvnode/upgrade/fault.h"
+#include "kvnode/upgrade/sd_notify.h"
+#include "node_internal.h"
+
+namespace kvnode::upgrade {
+
+// One upgrade attempt, shared by the upgrade thread and the watchdog.
+//
+// Ownership rule: until `resolved`, only the upgrade thread acts. The first
+// of {Owned received, the thread's own rollback, the watchdog} sets
+// `resolved` (under mu) and owns the outcome. The watchdog also sets
+// `abandoned`: from then on the upgrade thread (stuck, or merely late) must
+// not change anything; every side effect it still has pending checks that
+// flag first, under mu, on the control thread (tasks run in order, so a
+// stale task runs before the watchdog's undo or is skipped), or under
+// db_step_mu (RocksDB).
+struct OldSide::Attempt {
+  std::string binary;
+  absl::Time t0;
+  absl::Time phase_start;  // upgrade thread only
+  uint64_t new_generation = 0;
+  std::string header_name;
+  absl::Time paused_at;  // upgrade thread only
+  std::vector<std::pair<std::string, uint64_t>> counters_at_handover;
+  uint64_t moved = 0;
+  uint64_t cut = 0;
+  absl::Time dereg_start;
+
+  // Set BEFORE the action they stand for, so that a rollback undoes whatever
+  // may have happened; every undo is harmless when nothing happened.
+  std::atomic<bool> paused{false};
+  std::atomic<bool> stopped_accepting{false};
+  bool db_closed ABSL_GUARDED_BY(db_step_mu) = false;
+  // Held by the upgrade thread across "check abandoned + close RocksDB", by
+  // the rollback across "reopen RocksDB".
+  absl::Mutex db_step_mu;
+
+  absl::Mutex mu;
+  std::optional<HandoffChannel> channel ABSL_GUARDED_BY(mu);
+  std::optional<Process> child ABSL_GUARDED_BY(mu);
+  std::string step ABSL_GUARDED_BY(mu) = "start";
+  // The current step must be done by then (InfiniteFuture: not watched).
+  absl::Time lease ABSL_GUARDED_BY(mu) = absl::InfiniteFuture();
+  // Writes paused at + write_pause_limit (InfiniteFuture until the pause).
+  absl::Time pause_limit_at ABSL_GUARDED_BY(mu) = absl::InfiniteFuture();
+  bool handover_sending ABSL_GUARDED_BY(mu) = false;  // N may own RocksDB
+  bool owned ABSL_GUARDED_BY(mu) = false;             // the point of no return passed
+  bool resolved ABSL_GUARDED_BY(mu) = false;
+  bool abandoned ABSL_GUARDED_BY(mu) = false;
+  bool finished ABSL_GUARDED_BY(mu) = false;  // outcome complete: nothing of it runs
+  bool cancel ABSL_GUARDED_BY(mu) = false;    // SIGTERM/SIGINT: roll back, then shut down
+
+  bool Abandoned() {
+    absl::MutexLock l(&mu);
+    return abandoned;
+  }
+  // `d` capped at the pause limit once writes are paused.
+  absl::Time Cap(absl::Time d) {
+    absl::MutexLock l(&mu);
+    return std::min(d, pause_limit_at);
+  }
+  // Enters step `name`, which must be done by `deadline` (capped at the pause
+  // limit). Fails when the watchdog took over or a cancel must be honoured.
+  absl::Status Step(const char* name, absl::Time deadline) {
+    absl::MutexLock l(&mu);
+    if (abandoned) return absl::AbortedError("the upgrade watchdog took over");
+    if (cancel && !handover_sending) return absl::CancelledError("canceled by a shutdown signal");
+    step = name;
+    lease = std::min(deadline, pause_limit_at);
+    return absl::OkStatus();
+  }
+};
+
+namespace {
+
+std::string JsonAnswer(bool ok, const std::string& text) {
+  std::string esc;
+  for (char c : text) {
+    if (c == '"' || c == '\\') esc.push_back('\\');
+    esc.push_back(c == '\n' ? ' ' : c);
+  }
+  return ok ? absl::StrCat("{\"ok\":true,\"upgrade\":\"", esc, "\"}\n")
+            : absl::StrCat("{\"ok\":false,\"error\":\"", esc, "\"}\n");
+}
+
+}  // namespace
+
+OldSide::OldSide(server::Server* server, NodeUpgradeOptions options, UpgradeMetrics* metrics)
+    : server_(server), options_(std::move(options)), metrics_(metrics) {}
+
+OldSide::~OldSide() { ReapThreads(); }
+
+void OldSide::ReapThreads() {
+  std::shared_ptr<Attempt> a;
+  {
+    absl::MutexLock l(&mu_);
+    a = current_;
+  }
+  bool abandoned = false;
+  if (a != nullptr) abandoned = a->Abandoned();
+  if (thread_.joinable()) {
+    if (abandoned) {
+      // Stuck for good as far as we know; it holds the attempt alive and
+      // will not act on it (abandoned).
+      thread_.detach();
+    } else {
+      thread_.join();
+    }
+  }
+  if (watchdog_.joinable()) watchdog_.join();
+}
+
+void OldSide::Install() {
+  server_->SetUpgradeHandler([this](server::Server&, std::optional<std::string> binary,
+                                    std::function<void(std::string)> reply) {
+    OnRequest(std::move(binary), std::move(reply));
+  });
+  server_->SetExtraStats([this] { return metrics_->Render(); });
+  server_->SetShutdownHook([this] { return OnShutdownSignal(); });
+  server_->SetBeforeDeregister([this] {
+    if (!handed_off_.load() || done_ == nullptr) return;
+    Attempt& a = *done_;
+    const absl::Time now = absl::Now();
+    metrics_->SetLast("o_drain", now - a.phase_start);
+    if (absl::Status s = MaybeInjectFault(Phase::kODereg); !s.ok()) {
+      LOG(WARNING) << "upgrade: " << s << " (past the point of no return: deregistering anyway)";
+    }
+    a.dereg_start = absl::Now();
+  });
+}
+
+bool OldSide::OnShutdownSignal() {
+  std::shared_ptr<Attempt> a;
+  {
+    absl::MutexLock l(&mu_);
+    a = current_;
+  }
+  if (a == nullptr) return false;
+  absl::MutexLock l(&a->mu);
+  if (a->finished) return false;  // no upgrade running
+  a->cancel = true;
+  if (a->owned) {
+    // N serves now and O is on its way out: the signal meant "stop the
+    // node", so N gets it too (systemd's MAINPID may not have moved yet).
+    if (a->child.has_value()) {
+      LOG(INFO) << "upgrade: shutdown requested after the point of no return: passing it on to "
+                << "the new process " << a->child->pid();
+      (void)a->child->Signal(SIGTERM);
+    }
+    return true;  // O's own shutdown follows the handoff (RunUpgrade requests it)
+  }
+  if (!a->handover_sending && a->channel.has_value()) {
+    // Wake a wait for Hello/Ready at once; the upgrade thread then rolls back.
+    ::shutdown(a->channel->fd(), SHUT_RDWR);
+  }
+  LOG(WARNING) << "upgrade: shutdown requested during the upgrade (step " << a->step
+               << "): rolling it back first";
+  return true;
+}
+
+void OldSide::OnRequest(std::optional<std::string> binary, std::function<void(std::string)> reply) {
+  if (busy_.exchange(true)) {
+    metrics_->Add(UpgradeMetrics::kRefused);
+    LOG(WARNING) << "upgrade: refused: an upgrade is already in progress";
+    reply(JsonAnswer(false, "an upgrade is already in progress"));
+    return;
+  }
+  std::string path = options_.binary;
+  if (binary.has_value()) {
+    absl::StatusOr<std::string> p = CheckUpgradeBinary(*binary);
+    if (!p.ok()) {
+      busy_.store(false);
+      metrics_->Add(UpgradeMetrics::kRefused);
+      LOG(WARNING) << "upgrade: refused: " << p.status();
+      reply(JsonAnswer(false, std::string(p.status().message())));
+      return;
+    }
+    path = *p;
+  } else if (absl::Status s = CheckUpgradeBinary(path).status(); path.empty() || !s.ok()) {
+    busy_.store(false);
+    metrics_->Add(UpgradeMetrics::kRefused);
+    LOG(WARNING) << "upgrade: refused: no usable binary ('" << path << "'): " << s;
+    reply(JsonAnswer(false, absl::StrCat("no usable upgrade binary '", path, "'")));
+    return;
+  }
+  ReapThreads();  // the previous attempt is finished (busy_ was false)
+  LOG(INFO) << "upgrade: starting, binary " << path << ", generation " << server_->generation()
+            << " -> " << server_->generation() + 1;
+  reply(JsonAnswer(true,
+                   absl::StrCat("started: ", path, " as generation ", server_->generation() + 1)));
+  auto a = std::make_shared<Attempt>();
+  a->binary = std::move(path);
+  a->t0 = a->phase_start = absl::Now();
+  a->new_generation = server_->generation() + 1;
+  {
+    absl::MutexLock l(&mu_);
+    current_ = a;
+  }
+  watchdog_ = std::thread([this, a] { Watchdog(a); });
+  thread_ = std::thread([this, a] { RunUpgrade(a); });
+}
+
+void OldSide::RunUpgrade(std::shared_ptr<Attempt> ap) {
+  Attempt& a = *ap;
+  metrics_->ClearLast();
+  server_->SetUpgradeInProgress(true);
+  (void)SdNotifyReloading();
+  absl::Status s = Handoff(ap);
+  if (!s.ok()) {
+    {
+      absl::MutexLock l(&a.mu);
+      if (a.resolved) {
+        // The watchdog owns the outcome (and has rolled back or exited).
+        LOG(WARNING) << "upgrade: the upgrade thread resumed after the watchdog took over (" << s
+                     << "); it leaves everything to the watchdog's rollback";
+        return;
+      }
+      a.resolved = true;
+    }
+    Rollback(a, s, /*by_watchdog=*/false);
+    return;
+  }
+  // Past the point of no return: O now drains, deregisters and exits
+  // (Server::Run returns; main calls FinishAfterRun).
+  a.phase_start = absl::Now();
+  done_ = ap;
+  server_->RequestShutdown();
+}
+
+absl::Status OldSide::Handoff(std::shared_ptr<Attempt> ap) {
+  Attempt& a = *ap;
+  auto mark = [&](const char* name) {
+    const absl::Time now = absl::Now();
+    metrics_->SetLast(name, now - a.phase_start);
+    a.phase_start = now;
+  };
+  auto local_step = [&](const char* name) {
+    return a.Step(name, absl::Now() + options_.step_deadline);
+  };
+  // A task for the control thread that does nothing once the watchdog took
+  // over (its undo has been or will be queued after it).
+  auto guarded = [ap](std::function<void(server::Server*)> f) {
+    return [ap, f = std::move(f)](server::Server* sv) {
+      if (!ap->Abandoned()) f(sv);
+    };
+  };
+  // --- header, spawn ---------------------------------------------------------
+  absl::StatusOr<std::string> hname = HandoffHeaderShmName(options_.shm_name);
+  if (!hname.ok()) return hname.status();
+  a.header_name = *hname;
+  const server::Server::ArenaInfo ai = server_->arena_info();
+  HandoffHeader h = HandoffHeader::For(options_.compat);
+  h.capabilities = kCapSessionTable | kCapCounters;
+  h.arena_size = ai.arena_size;
+  h.arena_id = ai.arena_id;
+  h.generation = server_->generation();
+  h.o_pid = static_cast<uint32_t>(getpid());
+  h.created_unix_ns = static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()));
+  h.arena_shm_name = options_.shm_name;
+  h.build_id = options_.build_id.substr(0, kMaxBuildIdSize);
+  if (absl::Status s = local_step("o_spawn"); !s.ok()) return s;
+  if (absl::Status s = WriteHandoffHeader(a.header_name, h); !s.ok()) return s;
+  if (absl::Status s = MaybeInjectFault(Phase::kOSpawn); !s.ok()) return s;
+  absl::StatusOr<HandoffChannel::Pair> pair = HandoffChannel::CreatePair();
+  if (!pair.ok()) return pair.status();
+  SpawnRequest req;
+  req.binary = a.binary;
+  req.argv = options_.argv;
+  // N binds this address itself if O dies before HandOver (a --listen with
+  // port 0 would otherwise pick another port).
+  req.argv.push_back(absl::StrCat("--listen=", server_->listen_address()));
+  req.exec_deadline = options_.exec_deadline;
+  if (absl::Status s = a.Step("o_spawn", absl::Now() + options_.exec_deadline); !s.ok()) return s;
+  absl::StatusOr<Process> child = SpawnWithHandoff(req, std::move(pair->child_end));
+  if (!child.ok()) return child.status();
+  const pid_t child_pid = child->pid();
+  {
+    absl::MutexLock l(&a.mu);
+    a.channel.emplace(std::move(pair->parent));
+    a.channel->SetPeerPid(child_pid);
+    a.child.emplace(std::move(*child));
+    // The watchdog's rollback (if it fired during the exec) kills and reaps
+    // the child: it reads `child` under mu after the spawn returned... or
+    // not at all; then we do it here.
+    if (a.abandoned) {
+      (void)a.child->KillAndReap(absl::Now() + absl::Seconds(10));
+      return absl::AbortedError("the upgrade watchdog took over during the spawn");
+    }
+  }
+  LOG(INFO) << "upgrade: spawned " << a.binary << " as pid " << child_pid;
+  mark("o_spawn");
+
+  // Receives on the channel (only this thread reads it; the watchdog or a
+  // shutdown signal may shut it down to wake us).
+  auto receive = [&](absl::Time deadline) -> absl::StatusOr<ReceivedMessage> {
+    HandoffChannel* ch;
+    {
+      absl::MutexLock l(&a.mu);
+      ch = &*a.channel;
+    }
+    absl::StatusOr<ReceivedMessage> m = ch->Receive(deadline);
+    absl::MutexLock l(&a.mu);
+    if (a.cancel && !a.handover_sending)
+      return absl::CancelledError("canceled by a shutdown signal");
+    return m;
+  };
+
+  // --- Hello, Ready ------------------------------------------------------------
+  absl::Time deadline = absl::Now() + options_.hello_deadline;
+  if (absl::Status s = a.Step("n_hello", deadline); !s.ok()) return s;
+  absl::StatusOr<ReceivedMessage> m = receive(deadline);
+  if (!m.ok()) return WithContext(m.status(), "waiting for Hello");
+  if (const Abort* ab = std::get_if<Abort>(&m->message)) {
+    if (ab->code == static_cast<uint32_t>(AbortCode::kIncompatible)) {
+      metrics_->Add(UpgradeMetrics::kIncompatibleRefused);
+    }
+    return absl::AbortedError(absl::StrCat("new process refused: ", ab->message));
+  }
+  const Hello* hello = std::get_if<Hello>(&m->message);
+  if (hello == nullptr) return UnexpectedMessage(m->message, "Hello");
+  if (static_cast<pid_t>(hello->pid) != child_pid || hello->generation != a.new_generation) {
+    return absl::FailedPreconditionError(absl::StrCat("Hello from pid ", hello->pid, " generation ",
+                                                      hello->generation, ", expected pid ",
+                                                      child_pid, " generation ", a.new_generation));
+  }
+  LOG(INFO) << "upgrade: Hello from pid " << hello->pid << " (build " << hello->build_id << ")";
+  deadline = absl::Now() + options_.ready_deadline;
+  if (absl::Status s = a.Step("n_ready", deadline); !s.ok()) return s;
+  m = receive(deadline);
+  if (!m.ok()) return WithContext(m.status(), "waiting for Ready");
+  if (const Abort* ab = std::get_if<Abort>(&m->message)) {
+    return absl::AbortedError(absl::StrCat("new process aborted: ", ab->message));
+  }
+  const Ready* ready = std::get_if<Ready>(&m->message);
+  if (ready == nullptr) return UnexpectedMessage(m->message, "Ready");
+  if (ready->arena_id != ai.arena_id) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("Ready names arena ", ready->arena_id, ", ours is ", ai.arena_id));
+  }
+  if (ready->rkey != ai.rkey) metrics_->Add(UpgradeMetrics::kRkeyChanges);
+  LOG(INFO) << "upgrade: Ready: rkey " << ready->rkey << " (ours " << ai.rkey << "), "
+            << ready->registered_bytes << " bytes "
+            << (ready->mr_imported ? "imported" : "registered");
+  mark("n_ready_wait");
+
+  // --- pause writes, close RocksDB ----------------------------------------------
+  if (absl::Status s = local_step("o_preflush"); !s.ok()) return s;
+  if (absl::Status s = server_->FlushDb(); !s.ok()) {
+    LOG(WARNING) << "upgrade: pre-flush of the memtable failed (continuing): " << s;
+  }
+  if (absl::Status s = local_step("o_pause"); !s.ok()) return s;
+  if (absl::Status s = MaybeInjectFault(Phase::kOPause); !s.ok()) return s;
+  {
+    // From here writes may be paused: every later wait, and the watchdog,
+    // are bounded by the pause limit.
+    absl::MutexLock l(&a.mu);
+    a.pause_limit_at = absl::Now() + options_.write_pause_limit;
+  }
+  deadline = a.Cap(absl::Now() + options_.pause_deadline);
+  if (absl::Status s = a.Step("o_pause", deadline); !s.ok()) return s;
+  a.paused = true;  // from here a rollback resumes writes (harmless if not paused yet)
+  if (absl::Status s = OnControlWithDone(
+          server_,
+          [ap](server::Server* sv, std::function<void()> done) {
+            if (ap->Abandoned()) return done();
+            sv->PauseWrites(std::move(done));
+          },
+          deadline - absl::Now());
+      !s.ok()) {
+    return WithContext(s, "pausing writes");
+  }
+  a.paused_at = absl::Now();
+  mark("o_pause");
+  if (absl::Status s = local_step("o_flush"); !s.ok()) return s;
+  if (absl::Status s = MaybeInjectFault(Phase::kOFlush); !s.ok()) return s;
+  {
+    absl::MutexLock g(&a.db_step_mu);
+    if (a.Abandoned()) return absl::AbortedError("the upgrade watchdog took over");
+    a.db_closed = true;  // a rollback reopens (Store refuses harmlessly if still open)
+    if (absl::Status s = server_->CloseDbForHandoff(); !s.ok()) {
+      return WithContext(s, "closing RocksDB");
+    }
+  }
+  mark("o_flush");
+
+  // --- HandOver -------------------------------------------------------------------
+  if (absl::Status s = local_step("o_handover"); !s.ok()) return s;
+  a.stopped_accepting = true;
+  if (absl::Status s = OnControl(server_, guarded([](server::Server* sv) { sv->StopAccepting(); }),
+                                 a.Cap(absl::Now() + absl::Seconds(5)) - absl::Now());
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = MaybeInjectFault(Phase::kOHandover); !s.ok()) return s;
+  absl::StatusOr<std::vector<server::ClientRecordExport>> records =
+      ExportSessionsBlocking(server_, a.Cap(absl::Now() + absl::Seconds(5)) - absl::Now());
+  if (!records.ok()) return records.status();
+  HandOver ho;
+  ho.generation = a.new_generation;
+  ho.fd_roles = {FdRole::kListenTcp, FdRole::kAdminSocket};
+  ho.sessions = ToSessionTable(*records);
+  mark("o_handover_prep");
+  a.counters_at_handover = server_->metrics().Export();
+  metrics_->ExportTo(&a.counters_at_handover);
+  ho.counters = ToCounters(a.counters_at_handover);
+  const int fds[2] = {server_->listen_fd(), server_->admin_fd()};
+  deadline = a.Cap(absl::Now() + absl::Seconds(10));
+  HandoffChannel* ch;
+  {
+    // From here N may open RocksDB: a rollback must kill N first.
+    absl::MutexLock l(&a.mu);
+    if (a.abandoned) return absl::AbortedError("the upgrade watchdog took over");
+    if (a.cancel) return absl::CancelledError("canceled by a shutdown signal");
+    a.handover_sending = true;
+    a.step = "o_handover";
+    a.lease = deadline;
+    ch = &*a.channel;
+  }
+  if (absl::Status s = ch->Send(ho, fds, deadline); !s.ok()) {
+    return WithContext(s, "sending HandOver");
+  }
+  LOG(INFO) << "upgrade: HandOver sent (" << ho.sessions.sessions.size() << " client records, "
+            << ho.counters.counters.size() << " counters)";
+
+  // --- Owned: the point of no return ----------------------------------------------
+  deadline = a.Cap(absl::Now() + options_.owned_deadline);
+  if (absl::Status s = a.Step("n_owned", deadline); !s.ok()) return s;
+  m = receive(deadline);
+  if (!m.ok()) return WithContext(m.status(), "waiting for Owned");
+  if (const Abort* ab = std::get_if<Abort>(&m->message)) {
+    return absl::AbortedError(absl::StrCat("new process aborted: ", ab->message));
+  }
+  const Owned* owned = std::get_if<Owned>(&m->message);
+  if (owned == nullptr) return UnexpectedMessage(m->message, "Owned");
+  bool forward_term = false;
+  {
+    absl::MutexLock l(&a.mu);
+    if (a.resolved) return absl::AbortedError("the upgrade watchdog took over before Owned");
+    a.resolved = true;
+    a.owned = true;
+    a.lease = absl::InfiniteFuture();
+    forward_term = a.cancel;
+  }
+  // From here on, nothing rolls back; the server must not remove what N owns
+  // now (arena name, admin socket path, pid file) even if it stops early.
+  handed_off_.store(true);
+  server_->MarkHandedOff();
+  const absl::Time owned_at = absl::Now();
+  metrics_->SetLast("write_pause", owned_at - a.paused_at);
+  mark("o_handover");
+  LOG(INFO) << "upgrade: Owned by pid " << owned->pid << " generation " << owned->generation
+            << " after " << absl::FormatDuration(owned_at - a.t0) << " (writes paused "
+            << absl::FormatDuration(owned_at - a.paused_at) << ")";
+  if (forward_term) {
+    absl::MutexLock l(&a.mu);
+    LOG(INFO) << "upgrade: a shutdown was requested during the upgrade: passing it on to the new "
+              << "process " << child_pid;
+    (void)a.child->Signal(SIGTERM);
+  }
+
+  // --- move the clients --------------------------------------------------------------
+  if (absl::Status s = MaybeInjectFault(Phase::kOMoveClients); !s.ok()) {
+    LOG(WARNING) << "upgrade: " << s << ": clients are cut instead of moved";
+  } else {
+    MoveResult r = MoveClientsBlocking(server_, server_->listen_address(), a.new_generation,
+                                       options_.move_deadline);
+    a.moved = r.acked;
+    a.cut = r.sent - std::min(r.sent, r.acked);
+    LOG(INFO) << "upgrade: " << r.sent << " clients told to move, " << a.moved << " acknowledged, "
+              << a.cut << " cut";
+  }
+  metrics_->Add(UpgradeMetrics::kClientsMigrated, a.moved);
+  metrics_->Add(UpgradeMetrics::kClientsCut, a.cut);
+  mark("o_move_clients");
+  if (absl::Status s = MaybeInjectFault(Phase::kODrain); !s.ok()) {
+    LOG(WARNING) << "upgrade: " << s << " (past the point of no return: draining anyway)";
+  }
+  return absl::OkStatus();
+}
+
+void OldSide::Rollback(Attempt& a, const absl::Status& why, bool by_watchdog) {
+  LOG(WARNING) << "upgrade: rolling back" << (by_watchdog ? " (watchdog)" : "") << ": " << why;
+  bool n_may_own_db;
+  std::optional<Process> child;
+  int channel_fd = -1;
+  {
+    absl::MutexLock l(&a.mu);
+    n_may_own_db = a.handover_sending;
+    if (a.child.has_value()) child.emplace(std::move(*a.child));
+    a.child.reset();
+    if (a.channel.has_value()) channel_fd = a.channel->fd();
+  }
+  auto fence = [&] {
+    // N sees EOF at once; the fd itself is closed below or with the attempt
+    // (a stuck upgrade thread may still hold it).
+    if (channel_fd >= 0) ::shutdown(channel_fd, SHUT_RDWR);
+    if (!child.has_value()) return;
+    // Fencing: N must be dead before O takes RocksDB back.
+    absl::StatusOr<ExitStatus> es = child->KillAndReap(absl::Now() + absl::Seconds(10));
+    LOG(INFO) << "upgrade: new process " << child->pid() << " "
+              << (es.ok() ? es->ToString() : es.status().ToString());
+    child.reset();
+  };
+  // Normally N is killed first. The watchdog, when N cannot have RocksDB
+  // (HandOver never left), reopens first: if that hangs too, O exits and N,
+  // still alive and registered, takes over alone.
+  if (!by_watchdog || n_may_own_db) fence();
+  {
+    absl::MutexLock g(&a.db_step_mu);
+    if (a.db_closed) {
+      if (absl::Status s = server_->ReopenDbAfterFailedHandoff(); !s.ok()) {
+        LOG(ERROR) << "upgrade: reopening RocksDB after the failed handoff: " << s;
+        if (by_watchdog && !absl::StrContains(s.message(), "already open")) {
+          LOG(ERROR) << "upgrade watchdog: RocksDB cannot be taken back: exiting so that "
+                     << (child.has_value() ? "the new process" : "a restart") << " takes over";
+          google::FlushLogFiles(google::GLOG_INFO);
+          _exit(kWatchdogExitCode);
+        }
+      }
+      a.db_closed = false;
+    }
+  }
+  fence();
+  {
+    // The channel is closed here unless the upgrade thread may still use it.
+    absl::MutexLock l(&a.mu);
+    if (!by_watchdog && a.channel.has_value()) a.channel->Close();
+  }
+  if (a.stopped_accepting) {
+    (void)OnControl(
+        server_, [](server::Server* sv) { sv->ResumeAccepting(); }, absl::Seconds(5));
+  }
+  if (a.paused) {
+    (void)OnControlWithDone(
+        server_,
+        [](server::Server* sv, std::function<void()> done) { sv->ResumeWrites(std::move(done)); },
+        absl::Seconds(5));
+  }
+  if (!a.header_name.empty()) (void)RemoveHandoffHeader(a.header_name);
+  server_->metrics().Add(server::Counter::kRollbacks);
+  if (by_watchdog) metrics_->Add(UpgradeMetrics::kWatchdogRollbacks);
+  server_->SetUpgradeInProgress(false);
+  (void)SdNotifyReady();
+  bool cancel;
+  {
+    absl::MutexLock l(&a.mu);
+    a.finished = true;
+    cancel = a.cancel;
+  }
+  if (cancel) metrics_->Add(UpgradeMetrics::kCanceled);
+  LOG(WARNING) << "upgrade: rolled back after " << absl::FormatDuration(absl::Now() - a.t0)
+               << "; generation " << server_->generation() << " serves on"
+               << (cancel ? " until the requested shutdown" : "");
+  busy_.store(false);
+  if (cancel) server_->RequestShutdown();
+}
+
+void OldSide::Watchdog(std::shared_ptr<Attempt> ap) {
+  Attempt& a = *ap;
+  std::string step;
+  absl::Time lease;
+  {
+    absl::MutexLock l(&a.mu);
+    for (;;) {
+      if (a.resolved) return;
+      const absl::Time now = absl::Now();
+      const absl::Time fire = a.lease == absl::InfiniteFuture() ? absl::InfiniteFuture()
+                                                                : a.lease + options_.watchdog_grace;
+      if (now >= fire) break;
+      // Re-read the lease at least every second (the thread renews it).
+      a.mu.AwaitWithDeadline(absl::Condition(&a.resolved), std::min(fire, now + absl::Seconds(1)));
+    }
+    a.resolved = true;
+    a.abandoned = true;
+    step = a.step;
+    lease = a.lease;
+  }
+  const absl::Status why = absl::DeadlineExceededError(
+      absl::StrCat("the upgrade thread is stuck in step ", step, ", ",
+                   absl::FormatDuration(absl::Now() - lease), " past its deadline"));
+  LOG(ERROR) << "upgrade watchdog: " << why.message() << ": rolling back in its place";
+  auto done = std::make_shared<absl::Notification>();
+  std::thread([this, ap, done, why] {
+    Rollback(*ap, why, /*by_watchdog=*/true);
+    done->Notify();
+  }).detach();
+  if (!done->WaitForNotificationWithTimeout(options_.watchdog_rollback_deadline)) {
+    LOG(ERROR) << "upgrade watchdog: the rollback did not finish within "
+               << absl::FormatDuration(options_.watchdog_rollback_deadline)
+               << ": exiting so that the new process (if alive) or a restart takes over";
+    google::FlushLogFiles(google::GLOG_INFO);
+    _exit(kWatchdogExitCode);
+  }
+}
+
+int OldSide::FinishAfterRun(const absl::Status& run_status) {
+  const int code = run_status.ok() ? 0 : 3;
+  ReapThreads();
+  if (!handed_off_.load()) return code;
+  Attempt& a = *done_;
+  metrics_->SetLast("o_dereg",
+                    absl::Now() - (a.dereg_start == absl::Time() ? a.phase_start : a.dereg_start));
+  // What O counted after the HandOver snapshot.
+  std::vector<std::pair<std::string, uint64_t>> now = server_->metrics().Export();
+  metrics_->ExportTo(&now);
+  absl::flat_hash_map<std::string, uint64_t> before;
+  for (const auto& [k, v] : a.counters_at_handover) before[k] = v;
+  std::vector<std::pair<std::string, uint64_t>> delta;
+  for (const auto& [k, v] : now) {
+    if (k.rfind("upgrade.last_us.", 0) == 0) {
+      delta.emplace_back(k, v);  // replaced on N's side, not added
+      continue;
+    }
+    const uint64_t b = before.contains(k) ? before[k] : 0;
+    if (v > b) delta.emplace_back(k, v - b);
+  }
+  delta.emplace_back("upgrade.last_us.total",
+                     static_cast<uint64_t>(absl::ToInt64Microseconds(absl::Now() - a.t0)));
+  Gone g;
+  g.clients_moved = a.moved;
+  g.clients_cut = a.cut;
+  g.counters_delta = ToCounters(delta);
+  {
+    absl::MutexLock l(&a.mu);
+    if (absl::Status s = a.channel->Send(g, absl::Now() + absl::Seconds(5)); !s.ok()) {
+      LOG(WARNING) << "upgrade: sending Gone: " << s;
+    }
+    a.finished = true;
+  }
+  if (absl::Status s = MaybeInjectFault(Phase::kOExit); !s.ok()) {
+    LOG(WARNING) << "upgrade: " << s << " (exiting anyway)";
+  }
+  (void)RemoveHandoffHeader(a.header_name);
+  LOG(INFO) << "upgrade: old process " << getpid() << " done after "
+            << absl::FormatDuration(absl::Now() - a.t0) << " (" << a.moved << " clients moved, "
+            << a.cut << " cut)";
+  return code;
+}
+
+}  // namespace kvnode::upgrade

@@ -1,0 +1,660 @@
+// kvload: the load generator that proves kvnode's claims.
+//
+//   kvload --server 127.0.0.1:7000 --workload A --clients 8 --threads 2
+//          --depth 4 --duration 20 --verify --ack_log acks.log --report r.json
+//   kvload --audit acks.log      (every acknowledged write still readable?)
+//
+// Threads each drive several Clients (libkvclient), keeping --depth
+// operations outstanding per client. With --verify every value written
+// encodes its key and a per-key version under a checksum, every value read
+// is checked (corrupt, wrong key, stale, missing, unknown version), and
+// acknowledged writes go to --ack_log. A progress line goes to stderr each
+// second; the summary to stdout, the JSON report to --report.
+// Exit status: 0 all good; 1 a failed operation or verification (or a failed
+// audit); 2 bad flags or no connection.
+#include <gflags/gflags.h>
+#include <glog/logging.h>
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "kvnode/client/admin.h"
+#include "kvnode/client/client.h"
+#include "kvnode/load/ack_log.h"
+#include "kvnode/load/report.h"
+#include "kvnode/load/rng.h"
+#include "kvnode/load/verify.h"
+#include "kvnode/load/workload.h"
+#include "nlohmann/json.hpp"
+
+DECLARE_bool(help);
+DECLARE_string(helpmatch);
+
+DEFINE_string(server, "127.0.0.1:7000", "the node's control endpoint HOST:PORT");
+DEFINE_string(auth_token_file, "", "file holding the node's auth token (mode 0600)");
+DEFINE_string(rdma_device, "", "verbs device (default: the first ACTIVE one)");
+DEFINE_string(workload, "A", "YCSB workload: A (50% reads), B (95%), C (read only)");
+DEFINE_double(read_ratio, -1, "fraction of reads in [0,1]; overrides --workload when >= 0");
+DEFINE_double(delete_ratio, 0, "fraction of writes that are DELETEs");
+DEFINE_string(distribution, "zipfian", "key distribution: uniform | zipfian");
+DEFINE_double(zipf_theta, 0.99, "zipfian skew, in (0,1)");
+DEFINE_uint64(keys, 100000, "number of distinct keys");
+DEFINE_uint64(key_size, 16, "bytes per key");
+DEFINE_uint64(value_size, 64, "bytes per value (>= 32 with --verify)");
+DEFINE_uint32(clients, 1, "client sessions (each its own QP)");
+DEFINE_uint32(threads, 1, "threads driving the clients");
+DEFINE_uint32(depth, 4, "outstanding operations per client (1..256)");
+DEFINE_double(duration, 10, "seconds to run (ignored when --ops is set)");
+DEFINE_uint64(ops, 0, "stop after this many operations in total (0: use --duration)");
+DEFINE_bool(preload, false, "write every key once before the measured run");
+DEFINE_bool(verify, false, "verify every value read; count stale reads");
+DEFINE_string(ack_log, "", "append acknowledged writes to this file (for --audit)");
+DEFINE_string(audit, "", "audit mode: check every write acknowledged in this ack log");
+DEFINE_string(report, "", "write the JSON report here");
+DEFINE_string(latency_cdf, "",
+              "write the GET latency CDF here (text: 'latency_us fraction' per line, "
+              "fraction = share of GETs at or below latency_us), for plots");
+DEFINE_uint64(seed, 1, "random seed");
+DEFINE_uint32(timeout_ms, 10000, "deadline of each operation");
+DEFINE_uint32(connect_timeout_ms, 5000,
+              "bound on each wait for the node while (re)connecting (a node that died closes "
+              "the connection and is noticed at once; this bounds a hung or very busy one)");
+DEFINE_bool(progress, true, "print a progress line to stderr every second");
+DEFINE_bool(rpc_get, false, "GET by RPC instead of RDMA READ");
+DEFINE_uint32(spin, 64, "idle polls before a thread blocks on its clients' events");
+
+namespace {
+
+using kvnode::client::Client;
+using kvnode::client::ClientOptions;
+using kvnode::client::OpKind;
+using kvnode::client::OpRequest;
+using kvnode::client::OpResult;
+namespace load = kvnode::load;
+
+using SteadyClock = std::chrono::steady_clock;
+std::atomic<bool> g_stop{false};
+
+void OnSignal(int) { g_stop.store(true); }
+
+uint64_t NowNs(SteadyClock::time_point t0) {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(SteadyClock::now() - t0).count());
+}
+
+struct Shared {
+  load::WorkloadOptions wopt;
+  std::optional<load::KeyChooser> chooser;
+  std::unique_ptr<load::VersionTracker> tracker;
+  std::unique_ptr<load::AckLogWriter> ack_log;
+  std::unique_ptr<std::atomic<uint8_t>[]> write_busy;  // one write in flight per key
+  std::atomic<uint64_t> issued{0};
+  uint64_t ops_limit = 0;
+  SteadyClock::time_point t0;
+  SteadyClock::time_point end;
+  bool verify = false;
+  std::atomic<uint64_t> preload_next{0};
+  std::atomic<uint64_t> errors_logged{0};
+};
+
+// What one outstanding operation was.
+struct Pending {
+  load::OpType op = load::OpType::kRead;
+  uint64_t key = 0;
+  uint64_t version = 0;
+  load::ReadSnapshot snap;
+  uint64_t start_ns = 0;
+  bool preload = false;
+};
+
+class Worker {
+ public:
+  Worker(Shared* shared, uint32_t index, std::vector<std::unique_ptr<Client>> clients)
+      : shared_(shared),
+        index_(index),
+        clients_(std::move(clients)),
+        rng_(load::Rng::ForStream(shared->wopt.seed, index)) {
+    for (auto& c : clients_) raw_.push_back(c.get());
+    pending_.resize(clients_.size() * FLAGS_depth);
+    for (uint32_t i = 0; i < pending_.size(); ++i) free_.push_back(i);
+    value_.resize(std::max<size_t>(shared->wopt.value_size, 1));
+  }
+
+  // Phase 1 (optional): every key once, keys taken from a shared counter.
+  void Preload() { Loop(/*preload=*/true); }
+  void Run() { Loop(/*preload=*/false); }
+
+  // Thread-safe snapshot for the progress line.
+  load::LoadStats Snapshot() {
+    std::lock_guard<std::mutex> l(mu_);
+    return published_;
+  }
+  load::LoadStats TakeFinal() {
+    std::lock_guard<std::mutex> l(mu_);
+    return stats_;
+  }
+  uint64_t preload_failures() const { return preload_failures_; }
+  const std::vector<std::unique_ptr<Client>>& clients() const { return clients_; }
+
+ private:
+  bool NextPreloadKey(uint64_t* key) {
+    uint64_t k = shared_->preload_next.fetch_add(1);
+    if (k >= shared_->wopt.keys) return false;
+    *key = k;
+    return true;
+  }
+
+  bool MayIssue() {
+    if (g_stop.load(std::memory_order_relaxed)) return false;
+    if (shared_->ops_limit > 0) {
+      return shared_->issued.load(std::memory_order_relaxed) < shared_->ops_limit;
+    }
+    return SteadyClock::now() < shared_->end;
+  }
+
+  // Submits one operation on client c; false if nothing more to issue.
+  bool IssueOne(Client* c, bool preload) {
+    Pending p;
+    if (preload) {
+      if (!NextPreloadKey(&p.key)) return false;
+      p.op = load::OpType::kPut;
+      p.preload = true;
+    } else {
+      if (shared_->ops_limit > 0 &&
+          shared_->issued.fetch_add(1, std::memory_order_relaxed) >= shared_->ops_limit) {
+        return false;
+      }
+      p.op = load::ChooseOp(shared_->wopt, rng_);
+      p.key = shared_->chooser->Next(rng_);
+    }
+    if (p.op != load::OpType::kRead) {
+      uint8_t expected = 0;
+      if (!shared_->write_busy[p.key].compare_exchange_strong(expected, 1)) {
+        if (preload) return true;    // cannot happen: each key once
+        p.op = load::OpType::kRead;  // a write of this key is in flight: read it instead
+      }
+    }
+    key_ = load::FormatKey(p.key, shared_->wopt.key_size);
+    OpRequest req;
+    req.key = key_;
+    req.deadline = absl::Now() + absl::Milliseconds(FLAGS_timeout_ms);
+    switch (p.op) {
+      case load::OpType::kRead:
+        req.kind = OpKind::kGet;
+        if (shared_->verify) p.snap = shared_->tracker->Snapshot(p.key);
+        break;
+      case load::OpType::kPut:
+        req.kind = OpKind::kPut;
+        p.version = shared_->tracker->BeginWrite(p.key, false);
+        if (value_.size() >= load::kMinVerifiedValueSize) {
+          load::EncodeVerifiedValue(key_, p.version, std::span<char>(value_));
+        }
+        req.value = std::string_view(value_.data(), shared_->wopt.value_size);
+        break;
+      case load::OpType::kDelete:
+        req.kind = OpKind::kDelete;
+        p.version = shared_->tracker->BeginWrite(p.key, true);
+        break;
+    }
+    const uint32_t slot = free_.back();
+    req.user_data = slot;
+    p.start_ns = NowNs(shared_->t0);
+    absl::Status st = c->Submit(req);
+    if (!st.ok()) {
+      if (p.op != load::OpType::kRead) shared_->write_busy[p.key].store(0);
+      Fail(p, st);
+      return false;  // the client is closed or lost for good: stop issuing
+    }
+    free_.pop_back();
+    pending_[slot] = p;
+    return true;
+  }
+
+  void Fail(const Pending& p, const absl::Status& st) {
+    if (p.preload) {
+      ++preload_failures_;
+    } else {
+      stats_.RecordFailure();
+    }
+    if (shared_->errors_logged.fetch_add(1) < 20) {
+      LOG(ERROR) << "kvload: " << load::OpTypeName(p.op) << " of key " << p.key
+                 << (p.preload ? " (preload)" : "") << " failed: " << st;
+    }
+  }
+
+  void Complete(const OpResult& r) {
+    const uint32_t slot = static_cast<uint32_t>(r.user_data);
+    const Pending p = pending_[slot];
+    free_.push_back(slot);
+    const uint64_t end_ns = NowNs(shared_->t0);
+    const bool not_found = absl::IsNotFound(r.status);
+    if (p.op != load::OpType::kRead) {
+      if (r.status.ok() || (p.op == load::OpType::kDelete && not_found)) {
+        const bool del = p.op == load::OpType::kDelete;
+        shared_->tracker->AckWrite(p.key, p.version, del);
+        if (shared_->ack_log != nullptr) {
+          absl::Status st = shared_->ack_log->Append(load::FormatKey(p.key, shared_->wopt.key_size),
+                                                     p.version, del);
+          if (!st.ok()) LOG(ERROR) << "kvload: ack log: " << st;
+        }
+        shared_->write_busy[p.key].store(0);
+        if (!p.preload) stats_.RecordCompletion(p.op, p.start_ns, end_ns);
+      } else {
+        shared_->write_busy[p.key].store(0);
+        Fail(p, r.status);
+      }
+      return;
+    }
+    if (!r.status.ok() && !not_found) {
+      Fail(p, r.status);
+      return;
+    }
+    stats_.RecordCompletion(p.op, p.start_ns, end_ns, not_found);
+    if (shared_->verify) {
+      const std::string key = load::FormatKey(p.key, shared_->wopt.key_size);
+      const load::ReadVerdict v = shared_->tracker->CheckRead(
+          p.key, key, p.snap, not_found ? std::nullopt : std::optional<std::string_view>(r.value));
+      stats_.RecordVerdict(v);
+      if (v != load::ReadVerdict::kOk && shared_->errors_logged.fetch_add(1) < 20) {
+        LOG(ERROR) << "kvload: read of " << key << ": " << load::ReadVerdictName(v)
+                   << " (acked version at issue " << p.snap.acked_version << ", read "
+                   << (not_found ? "NOT_FOUND" : absl::StrCat(r.value.size(), " bytes"))
+                   << (r.via_rpc ? " by RPC" : " by READ") << ")";
+      }
+    }
+  }
+
+  void Loop(bool preload) {
+    OpResult results[32];
+    uint32_t idle = 0;
+    auto next_publish = SteadyClock::now();
+    bool issuing = true;
+    for (;;) {
+      bool progress = false;
+      if (issuing) issuing = preload ? !g_stop.load() : MayIssue();
+      for (Client* c : raw_) {
+        while (issuing && c->available() > 0 && !free_.empty()) {
+          if (!IssueOne(c, preload)) {
+            issuing = false;
+            break;
+          }
+          progress = true;
+        }
+        size_t n;
+        while ((n = c->Poll(std::span<OpResult>(results))) > 0) {
+          for (size_t i = 0; i < n; ++i) Complete(results[i]);
+          progress = true;
+        }
+      }
+      const auto now = SteadyClock::now();
+      if (now >= next_publish) {
+        std::lock_guard<std::mutex> l(mu_);
+        published_ = stats_;
+        next_publish = now + std::chrono::milliseconds(250);
+      }
+      if (!issuing) {
+        bool any = false;
+        for (Client* c : raw_) any |= c->outstanding() > 0;
+        if (!any) break;
+      }
+      if (progress) {
+        idle = 0;
+      } else if (++idle > FLAGS_spin) {
+        Client::WaitAny(raw_, absl::Now() + absl::Milliseconds(issuing ? 2 : 10));
+      }
+    }
+    std::lock_guard<std::mutex> l(mu_);
+    published_ = stats_;
+  }
+
+  Shared* shared_;
+  uint32_t index_;
+  std::vector<std::unique_ptr<Client>> clients_;
+  std::vector<Client*> raw_;
+  load::Rng rng_;
+  std::vector<Pending> pending_;
+  std::vector<uint32_t> free_;
+  std::vector<char> value_;
+  std::string key_;
+  load::LoadStats stats_;
+  uint64_t preload_failures_ = 0;
+  std::mutex mu_;
+  load::LoadStats published_;
+};
+
+ClientOptions MakeClientOptions(const std::string& token, uint32_t depth) {
+  ClientOptions o;
+  o.server = FLAGS_server;
+  o.auth_token = token;
+  o.client_name = "kvload";
+  o.rdma_device = FLAGS_rdma_device;
+  o.max_outstanding = depth;
+  o.op_timeout = absl::Milliseconds(FLAGS_timeout_ms);
+  o.connect_timeout = absl::Milliseconds(FLAGS_connect_timeout_ms);
+  o.rpc_get_only = FLAGS_rpc_get;
+  return o;
+}
+
+int RunAudit(const std::string& token) {
+  absl::StatusOr<load::AckLogContents> log = load::ReadAckLog(FLAGS_audit);
+  if (!log.ok()) {
+    std::fprintf(stderr, "kvload --audit: %s\n", log.status().ToString().c_str());
+    return 2;
+  }
+  absl::StatusOr<std::unique_ptr<Client>> c = Client::Connect(MakeClientOptions(token, 1));
+  if (!c.ok()) {
+    std::fprintf(stderr, "kvload --audit: connect to %s: %s\n", FLAGS_server.c_str(),
+                 c.status().ToString().c_str());
+    return 2;
+  }
+  Client* client = c->get();
+  load::AuditReport rep = load::Audit(
+      log->records, [&](const std::string& key) -> absl::StatusOr<std::optional<std::string>> {
+        absl::StatusOr<kvnode::client::GetResult> g =
+            client->Get(key, absl::Now() + absl::Milliseconds(FLAGS_timeout_ms));
+        if (absl::IsNotFound(g.status())) return std::optional<std::string>();
+        if (!g.ok()) return g.status();
+        return std::optional<std::string>(std::move(g->value));
+      });
+  nlohmann::json j = rep.ToJson();
+  j["ack_log"] = FLAGS_audit;
+  j["torn_tail_bytes"] = log->torn_tail_bytes;
+  j["passed"] = rep.passed();
+  std::printf(
+      "audit of %s: %llu records, %llu keys: %llu ok, %llu missing, %llu stale, "
+      "%llu resurrected, %llu corrupt, %llu wrong key, %llu read errors -> %s\n",
+      FLAGS_audit.c_str(), static_cast<unsigned long long>(rep.records),
+      static_cast<unsigned long long>(rep.keys), static_cast<unsigned long long>(rep.ok),
+      static_cast<unsigned long long>(rep.missing), static_cast<unsigned long long>(rep.stale),
+      static_cast<unsigned long long>(rep.resurrected),
+      static_cast<unsigned long long>(rep.corrupt), static_cast<unsigned long long>(rep.wrong_key),
+      static_cast<unsigned long long>(rep.read_errors), rep.passed() ? "PASSED" : "FAILED");
+  for (const auto& issue : rep.issues) {
+    std::printf("  %s: %s\n", issue.key.c_str(), issue.problem.c_str());
+  }
+  if (!FLAGS_report.empty()) {
+    std::ofstream(FLAGS_report) << j.dump(2) << "\n";
+  }
+  (void)client->Close();
+  return rep.passed() ? 0 : 1;
+}
+
+// The CDF of `h` as (latency, cumulative fraction) points: every 0.1% up to
+// 99.9%, then the tail more finely, then the max. Each latency is the
+// histogram's bucket bound (within 1.6% above the true value).
+bool WriteLatencyCdf(const std::string& path, const load::LatencyHistogram& h) {
+  std::ofstream out(path);
+  out << "# GET latency CDF from kvload: latency_us cumulative_fraction (" << h.count()
+      << " GETs)\n";
+  if (h.count() > 0) {
+    std::vector<double> ps;
+    for (int i = 1; i < 1000; ++i) ps.push_back(i * 0.1);
+    for (int i = 1; i < 100; ++i) ps.push_back(99.9 + i * 0.001);
+    ps.push_back(100.0);
+    out << static_cast<double>(h.min()) / 1e3 << " 0\n";
+    for (double p : ps) {
+      out << static_cast<double>(h.Percentile(p)) / 1e3 << " " << p / 100 << "\n";
+    }
+  }
+  out.flush();
+  return static_cast<bool>(out);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  gflags::SetUsageMessage(
+      "load generator and verifier for kvnode.\n"
+      "  kvload [--server HOST:PORT] [--workload A|B|C] [--clients N --threads T --depth D] "
+      "[--duration S | --ops N] [--preload] [--verify --ack_log FILE] [--report FILE.json]\n"
+      "  kvload --audit ACK_LOG [--server HOST:PORT]");
+  // --help lists this program's own flags; --helpfull adds gflags' and glog's.
+  gflags::ParseCommandLineNonHelpFlags(&argc, &argv, true);
+  if (FLAGS_help) {
+    FLAGS_help = false;
+    FLAGS_helpmatch = __FILE__;
+  }
+  gflags::HandleCommandLineHelpFlags();
+  FLAGS_logtostderr = true;
+  google::InitGoogleLogging(argv[0]);
+  signal(SIGINT, OnSignal);
+  signal(SIGTERM, OnSignal);
+  signal(SIGPIPE, SIG_IGN);
+
+  std::string token;
+  if (!FLAGS_auth_token_file.empty()) {
+    absl::StatusOr<std::string> t = kvnode::client::ReadAuthTokenFile(FLAGS_auth_token_file);
+    if (!t.ok()) {
+      std::fprintf(stderr, "kvload: %s\n", t.status().ToString().c_str());
+      return 2;
+    }
+    token = *t;
+  }
+  if (!FLAGS_audit.empty()) return RunAudit(token);
+
+  Shared shared;
+  load::WorkloadOptions& w = shared.wopt;
+  if (FLAGS_read_ratio >= 0) {
+    w.read_ratio = FLAGS_read_ratio;
+  } else {
+    absl::StatusOr<double> r = load::ReadRatioForWorkload(FLAGS_workload);
+    if (!r.ok()) {
+      std::fprintf(stderr, "kvload: --workload: %s\n", r.status().ToString().c_str());
+      return 2;
+    }
+    w.read_ratio = *r;
+  }
+  w.delete_ratio = FLAGS_delete_ratio;
+  w.keys = FLAGS_keys;
+  w.key_size = FLAGS_key_size;
+  w.value_size = FLAGS_value_size;
+  absl::StatusOr<load::KeyDistribution> dist = load::ParseKeyDistribution(FLAGS_distribution);
+  if (!dist.ok()) {
+    std::fprintf(stderr, "kvload: --distribution: %s\n", dist.status().ToString().c_str());
+    return 2;
+  }
+  w.distribution = *dist;
+  w.zipf_theta = FLAGS_zipf_theta;
+  w.seed = FLAGS_seed;
+  if (absl::Status st = w.Validate(FLAGS_verify); !st.ok()) {
+    std::fprintf(stderr, "kvload: %s\n", st.ToString().c_str());
+    return 2;
+  }
+  if (FLAGS_clients < 1 || FLAGS_threads < 1 || FLAGS_depth < 1 || FLAGS_depth > 256) {
+    std::fprintf(stderr, "kvload: need --clients >= 1, --threads >= 1, --depth 1..256\n");
+    return 2;
+  }
+  if (!FLAGS_ack_log.empty() && !FLAGS_verify) {
+    std::fprintf(stderr, "kvload: --ack_log needs --verify (values must carry versions)\n");
+    return 2;
+  }
+  absl::StatusOr<load::KeyChooser> chooser = load::KeyChooser::Create(w);
+  if (!chooser.ok()) {
+    std::fprintf(stderr, "kvload: %s\n", chooser.status().ToString().c_str());
+    return 2;
+  }
+  shared.chooser.emplace(*std::move(chooser));
+  // Versions keep growing across runs that share an ack log and a node.
+  const uint64_t base = static_cast<uint64_t>(absl::ToUnixSeconds(absl::Now())) << 24;
+  shared.tracker = std::make_unique<load::VersionTracker>(w.keys, base);
+  shared.write_busy = std::make_unique<std::atomic<uint8_t>[]>(w.keys);
+  shared.verify = FLAGS_verify;
+  shared.ops_limit = FLAGS_ops;
+  if (!FLAGS_ack_log.empty()) {
+    absl::StatusOr<std::unique_ptr<load::AckLogWriter>> a = load::AckLogWriter::Open(FLAGS_ack_log);
+    if (!a.ok()) {
+      std::fprintf(stderr, "kvload: --ack_log: %s\n", a.status().ToString().c_str());
+      return 2;
+    }
+    shared.ack_log = *std::move(a);
+  }
+
+  // Connect every client up front (a node that is not there fails fast).
+  const uint32_t threads = std::min(FLAGS_threads, FLAGS_clients);
+  std::vector<std::vector<std::unique_ptr<Client>>> per_thread(threads);
+  for (uint32_t i = 0; i < FLAGS_clients; ++i) {
+    absl::StatusOr<std::unique_ptr<Client>> c =
+        Client::Connect(MakeClientOptions(token, FLAGS_depth));
+    if (!c.ok()) {
+      std::fprintf(stderr, "kvload: client %u: connect to %s: %s\n", i, FLAGS_server.c_str(),
+                   c.status().ToString().c_str());
+      return 2;
+    }
+    per_thread[i % threads].push_back(*std::move(c));
+  }
+  std::vector<std::unique_ptr<Worker>> workers;
+  for (uint32_t t = 0; t < threads; ++t) {
+    workers.push_back(std::make_unique<Worker>(&shared, t, std::move(per_thread[t])));
+  }
+  std::fprintf(stderr, "kvload: %u clients on %u threads, depth %u, %s GETs, to %s\n",
+               FLAGS_clients, threads, FLAGS_depth,
+               workers[0]->clients()[0]->fast_get() ? "RDMA READ" : "RPC", FLAGS_server.c_str());
+
+  auto run_phase = [&](bool preload) {
+    std::vector<std::thread> ts;
+    for (auto& wk : workers) {
+      ts.emplace_back([&wk, preload] { preload ? wk->Preload() : wk->Run(); });
+    }
+    return ts;
+  };
+
+  uint64_t preload_failures = 0;
+  if (FLAGS_preload) {
+    const auto p0 = SteadyClock::now();
+    shared.t0 = p0;
+    for (auto& t : run_phase(true)) t.join();
+    for (auto& wk : workers) preload_failures += wk->preload_failures();
+    std::fprintf(stderr, "kvload: preloaded %llu keys in %.2fs (%llu failed)\n",
+                 static_cast<unsigned long long>(w.keys),
+                 std::chrono::duration<double>(SteadyClock::now() - p0).count(),
+                 static_cast<unsigned long long>(preload_failures));
+  }
+
+  shared.t0 = SteadyClock::now();
+  shared.end = shared.t0 + std::chrono::microseconds(static_cast<int64_t>(FLAGS_duration * 1e6));
+  std::vector<std::thread> ts = run_phase(false);
+  // Progress line each second until every worker is done.
+  std::atomic<int> running{static_cast<int>(ts.size())};
+  std::vector<std::thread> joiners;
+  std::mutex done_mu;
+  std::condition_variable done_cv;
+  for (auto& t : ts) {
+    joiners.emplace_back([&t, &running, &done_mu, &done_cv] {
+      t.join();
+      std::lock_guard<std::mutex> l(done_mu);
+      running.fetch_sub(1);
+      done_cv.notify_all();
+    });
+  }
+  load::LoadStats before;
+  auto last = shared.t0;
+  for (;;) {
+    std::unique_lock<std::mutex> l(done_mu);
+    done_cv.wait_until(l, last + std::chrono::seconds(1), [&] { return running.load() == 0; });
+    if (running.load() == 0) break;
+    l.unlock();
+    const auto now = SteadyClock::now();
+    load::LoadStats cur;
+    for (auto& wk : workers) cur.Merge(wk->Snapshot());
+    if (FLAGS_progress) {
+      std::fprintf(
+          stderr, "%s\n",
+          load::FormatProgressLine(std::chrono::duration<double>(now - shared.t0).count(),
+                                   std::chrono::duration<double>(now - last).count(), cur, before)
+              .c_str());
+    }
+    before = std::move(cur);
+    last = now;
+  }
+  for (auto& j : joiners) j.join();
+  const double duration_s = std::chrono::duration<double>(SteadyClock::now() - shared.t0).count();
+
+  load::LoadStats total;
+  kvnode::client::ClientStats cs;
+  for (auto& wk : workers) {
+    total.Merge(wk->TakeFinal());
+    for (const auto& c : wk->clients()) {
+      const auto& s = c->stats();
+      cs.gets_by_read += s.gets_by_read;
+      cs.gets_by_rpc += s.gets_by_rpc;
+      cs.read_retries += s.read_retries;
+      cs.rpc_fallbacks += s.rpc_fallbacks;
+      cs.rpc_resends += s.rpc_resends;
+      cs.busy += s.busy;
+      cs.reconnects += s.reconnects;
+      cs.moves += s.moves;
+      cs.timeouts += s.timeouts;
+      cs.stale_responses += s.stale_responses;
+    }
+  }
+  if (shared.ack_log != nullptr) {
+    if (absl::Status st = shared.ack_log->Flush(); !st.ok()) {
+      LOG(ERROR) << "kvload: ack log flush: " << st;
+      total.RecordFailure();
+    }
+  }
+  nlohmann::json config = {
+      {"server", FLAGS_server},     {"workload", FLAGS_workload},
+      {"read_ratio", w.read_ratio}, {"distribution", FLAGS_distribution},
+      {"zipf_theta", w.zipf_theta}, {"keys", w.keys},
+      {"key_size", w.key_size},     {"value_size", w.value_size},
+      {"clients", FLAGS_clients},   {"threads", threads},
+      {"depth", FLAGS_depth},       {"duration", FLAGS_duration},
+      {"ops_limit", FLAGS_ops},     {"preload", FLAGS_preload},
+      {"verify", FLAGS_verify},     {"rpc_get", FLAGS_rpc_get},
+  };
+  nlohmann::json report = load::BuildReport(total, duration_s, config);
+  report["client"] = {
+      {"gets_by_read", cs.gets_by_read},
+      {"gets_by_rpc", cs.gets_by_rpc},
+      {"read_retries", cs.read_retries},
+      {"rpc_fallbacks", cs.rpc_fallbacks},
+      {"rpc_resends", cs.rpc_resends},
+      {"busy", cs.busy},
+      {"reconnects", cs.reconnects},
+      {"moves", cs.moves},
+      {"timeouts", cs.timeouts},
+      {"stale_responses", cs.stale_responses},
+      {"preload_failures", preload_failures},
+  };
+  std::printf("%s", load::FormatSummary(report).c_str());
+  std::printf(
+      "client: %llu GETs by READ, %llu by RPC (%llu fallbacks, %llu torn-read retries), "
+      "%llu resends, %llu BUSY, %llu reconnects, %llu moves\n",
+      static_cast<unsigned long long>(cs.gets_by_read),
+      static_cast<unsigned long long>(cs.gets_by_rpc),
+      static_cast<unsigned long long>(cs.rpc_fallbacks),
+      static_cast<unsigned long long>(cs.read_retries),
+      static_cast<unsigned long long>(cs.rpc_resends), static_cast<unsigned long long>(cs.busy),
+      static_cast<unsigned long long>(cs.reconnects), static_cast<unsigned long long>(cs.moves));
+  if (!FLAGS_report.empty()) {
+    std::ofstream out(FLAGS_report);
+    out << report.dump(2) << "\n";
+    if (!out) {
+      std::fprintf(stderr, "kvload: cannot write --report %s\n", FLAGS_report.c_str());
+      return 2;
+    }
+  }
+  if (!FLAGS_latency_cdf.empty() && !WriteLatencyCdf(FLAGS_latency_cdf, total.read_latency)) {
+    std::fprintf(stderr, "kvload: cannot write --latency_cdf %s\n", FLAGS_latency_cdf.c_str());
+    return 2;
+  }
+  for (auto& wk : workers) {
+    for (const auto& c : wk->clients()) (void)c->Close();
+  }
+  const bool ok = load::RunSucceeded(total) && preload_failures == 0;
+  if (!ok) std::fprintf(stderr, "kvload: FAILED (failed ops or verification errors)\n");
+  return ok ? 0 : 1;
+}

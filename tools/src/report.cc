@@ -1,0 +1,126 @@
+#include "kvnode/load/report.h"
+
+#include "absl/strings/str_format.h"
+
+namespace kvnode::load {
+namespace {
+
+double Us(uint64_t ns) { return static_cast<double>(ns) / 1000.0; }
+
+nlohmann::json LatencyJson(const LatencyHistogram& h) {
+  return {{"p50", Us(h.Percentile(50))},    {"p99", Us(h.Percentile(99))},
+          {"p999", Us(h.Percentile(99.9))}, {"max", Us(h.max())},
+          {"mean", h.mean() / 1000.0},      {"count", h.count()}};
+}
+
+}  // namespace
+
+uint64_t LoadStats::verify_errors() const {
+  uint64_t n = 0;
+  for (uint64_t v : verdicts) n += v;
+  return n;
+}
+
+void LoadStats::RecordCompletion(OpType op, uint64_t start_ns, uint64_t end_ns, bool nf) {
+  const uint64_t latency = end_ns >= start_ns ? end_ns - start_ns : 0;
+  if (op == OpType::kRead) {
+    ++reads;
+    if (nf) ++not_found;
+    read_latency.Record(latency);
+  } else {
+    ++writes;
+    if (op == OpType::kDelete) ++deletes;
+    write_latency.Record(latency);
+  }
+  timeline.Record(end_ns, latency);
+}
+
+void LoadStats::Merge(const LoadStats& o) {
+  reads += o.reads;
+  writes += o.writes;
+  deletes += o.deletes;
+  not_found += o.not_found;
+  failed_ops += o.failed_ops;
+  for (size_t i = 0; i < verdicts.size(); ++i) verdicts[i] += o.verdicts[i];
+  read_latency.Merge(o.read_latency);
+  write_latency.Merge(o.write_latency);
+  timeline.Merge(o.timeline);
+}
+
+std::string FormatProgressLine(double elapsed_s, double interval_s, const LoadStats& now,
+                               const LoadStats& before) {
+  LatencyHistogram interval = now.read_latency;
+  interval.Merge(now.write_latency);
+  LatencyHistogram earlier = before.read_latency;
+  earlier.Merge(before.write_latency);
+  interval.Subtract(earlier);
+  const uint64_t ops = now.ops() >= before.ops() ? now.ops() - before.ops() : 0;
+  const double rate = interval_s > 0 ? static_cast<double>(ops) / interval_s : 0;
+  return absl::StrFormat(
+      "[%5.0fs] %8.0f ops/s  p50 %7.1fus  p99 %7.1fus  failed %d  verify_err %d  stale %d",
+      elapsed_s, rate, Us(interval.Percentile(50)), Us(interval.Percentile(99)), now.failed_ops,
+      now.verify_errors(), now.stale_reads());
+}
+
+nlohmann::json BuildReport(const LoadStats& s, double duration_s, const nlohmann::json& config) {
+  LatencyHistogram all = s.read_latency;
+  all.Merge(s.write_latency);
+  nlohmann::json latency = LatencyJson(all);
+  latency["read"] = LatencyJson(s.read_latency);
+  latency["write"] = LatencyJson(s.write_latency);
+
+  nlohmann::json verify = nlohmann::json::object();
+  for (int v = 1; v < kReadVerdictCount; ++v) {
+    verify[std::string(ReadVerdictName(static_cast<ReadVerdict>(v)))] = s.verdicts[v];
+  }
+
+  nlohmann::json timeline = nlohmann::json::array();
+  const double slot_ms = static_cast<double>(s.timeline.slot_ns()) / 1e6;
+  const auto& slots = s.timeline.slots();
+  for (size_t i = 0; i < slots.size(); ++i) {
+    timeline.push_back({{"t_ms", static_cast<double>(i) * slot_ms},
+                        {"ops", slots[i].ops},
+                        {"max_latency_us", Us(slots[i].max_latency_ns)}});
+  }
+  const Gap gap = LongestGap(s.timeline);
+
+  nlohmann::json j = {
+      {"ops", s.ops()},
+      {"reads", s.reads},
+      {"writes", s.writes},
+      {"deletes", s.deletes},
+      {"not_found", s.not_found},
+      {"failed_ops", s.failed_ops},
+      {"verify_errors", s.verify_errors()},
+      {"stale_reads", s.stale_reads()},
+      {"verify", std::move(verify)},
+      {"duration_s", duration_s},
+      {"ops_per_s", duration_s > 0 ? static_cast<double>(s.ops()) / duration_s : 0.0},
+      {"latency_us", std::move(latency)},
+      {"blackout_ms", static_cast<double>(gap.gap_ns) / 1e6},
+      {"blackout_start_ms", static_cast<double>(gap.start_ns) / 1e6},
+      {"timeline_slot_ms", slot_ms},
+      {"timeline", std::move(timeline)},
+      {"config", config},
+  };
+  return j;
+}
+
+std::string FormatSummary(const nlohmann::json& r) {
+  auto num = [&r](const char* k) { return r.value(k, 0.0); };
+  const nlohmann::json& lat = r.at("latency_us");
+  std::string out = absl::StrFormat(
+      "ops %.0f (reads %.0f, writes %.0f) in %.2f s = %.0f ops/s\n"
+      "failed %.0f  verify errors %.0f  stale reads %.0f  longest gap %.1f ms\n",
+      num("ops"), num("reads"), num("writes"), num("duration_s"), num("ops_per_s"),
+      num("failed_ops"), num("verify_errors"), num("stale_reads"), num("blackout_ms"));
+  for (const char* kind : {"read", "write"}) {
+    const nlohmann::json& l = lat.at(kind);
+    out += absl::StrFormat("%-5s latency us: p50 %.1f  p99 %.1f  p99.9 %.1f  max %.1f\n", kind,
+                           l.value("p50", 0.0), l.value("p99", 0.0), l.value("p999", 0.0),
+                           l.value("max", 0.0));
+  }
+  return out;
+}
+
+}  // namespace kvnode::load
