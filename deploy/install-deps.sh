@@ -6,7 +6,7 @@ set -euo pipefail
 
 PACKAGES=(
   # build
-  build-essential cmake pkg-config git
+  build-essential cmake pkg-config git clang-format
   # rdma-core: verbs library, providers (rxe), tools, perftest baselines
   rdma-core ibverbs-providers libibverbs-dev ibverbs-utils perftest iproute2
   # libraries

@@ -20,9 +20,15 @@ filter=()
 
 deploy/install-deps.sh
 
+echo "== layout and format"
+deploy/check-layout.sh
+find base rdma storage proto upgrade server node client tools tests \( -name '*.cc' -o -name '*.h' \) \
+  -print0 | xargs -0 clang-format --dry-run --Werror
+echo "clang-format: clean"
+
 echo "== configure and build (build/)"
 mkdir -p build
-cmake --fresh -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >build/configure.log ||
+cmake --fresh -S . -B build -DCMAKE_BUILD_TYPE=Release -DKVNODE_WERROR=ON >build/configure.log ||
   { cat build/configure.log; exit 1; }
 cmake --build build -j "$jobs"
 
