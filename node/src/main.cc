@@ -25,6 +25,10 @@ DECLARE_string(helpmatch);
 DEFINE_string(listen, "127.0.0.1:7000",
               "TCP address of the control listener, host:port or [v6]:port (port 0 = any free "
               "port; the chosen one is logged and shown by `kvctl ping`)");
+DEFINE_string(advertise_address, "",
+              "where a live upgrade sends clients: HOST, HOST:PORT, [IPV6] or [IPV6]:PORT (a host "
+              "alone: the port listened on). Default: the listen address; required when --listen "
+              "is a wildcard address (0.0.0.0, ::)");
 DEFINE_string(rdma_device, "", "verbs device name, e.g. rxe0 or mlx5_0 (default: first ACTIVE)");
 DEFINE_int32(rdma_port, 1, "port number of the verbs device");
 DEFINE_int32(gid_index, -1, "GID index (-1: automatic, the IPv4-mapped RoCE v2 GID)");
@@ -142,6 +146,7 @@ int main(int argc, char** argv) {
 
   kvnode::server::ServerOptions o;
   o.listen = FLAGS_listen;
+  o.advertise_address = FLAGS_advertise_address;
   o.rdma_device = FLAGS_rdma_device;
   o.rdma_port = FLAGS_rdma_port;
   o.gid_index = FLAGS_gid_index;

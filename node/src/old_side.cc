@@ -481,15 +481,22 @@ absl::Status OldSide::Handoff(std::shared_ptr<Attempt> ap) {
   }
 
   // --- move the clients --------------------------------------------------------------
+  // Clients go to the advertised address, not to the bound one: a listener on
+  // 0.0.0.0 would send each remote client to its own host. N listens on the
+  // same socket (inherited) and advertises the same address (same argv).
+  absl::StatusOr<std::string> endpoint = server_->advertised_endpoint();
   if (absl::Status s = MaybeInjectFault(Phase::kOMoveClients); !s.ok()) {
     LOG(WARNING) << "upgrade: " << s << ": clients are cut instead of moved";
+  } else if (!endpoint.ok()) {
+    // Validate() refuses such options at start; never send a Move to nowhere.
+    LOG(ERROR) << "upgrade: " << endpoint.status() << ": clients are cut instead of moved";
   } else {
-    MoveResult r = MoveClientsBlocking(server_, server_->listen_address(), a.new_generation,
-                                       options_.move_deadline);
+    MoveResult r =
+        MoveClientsBlocking(server_, *endpoint, a.new_generation, options_.move_deadline);
     a.moved = r.acked;
     a.cut = r.sent - std::min(r.sent, r.acked);
-    LOG(INFO) << "upgrade: " << r.sent << " clients told to move, " << a.moved << " acknowledged, "
-              << a.cut << " cut";
+    LOG(INFO) << "upgrade: " << r.sent << " clients told to move to " << *endpoint << ", "
+              << a.moved << " acknowledged, " << a.cut << " cut";
   }
   metrics_->Add(UpgradeMetrics::kClientsMigrated, a.moved);
   metrics_->Add(UpgradeMetrics::kClientsCut, a.cut);

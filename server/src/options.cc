@@ -1,6 +1,9 @@
 #include "kvnode/server/options.h"
 
 #include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -39,14 +42,90 @@ absl::Status EnsurePrivateDir(const std::string& dir) {
   return absl::OkStatus();
 }
 
+// True for a numeric host that means "every address" (0.0.0.0 in any
+// spelling inet_aton accepts, "::", "::ffff:0.0.0.0"). Names are not
+// resolved: a name is taken as specific.
+bool IsWildcardHost(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_flags = AI_NUMERICHOST;
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0) return false;
+  bool any = false;
+  for (const addrinfo* a = res; a != nullptr; a = a->ai_next) {
+    if (a->ai_family == AF_INET) {
+      any |= reinterpret_cast<const sockaddr_in*>(a->ai_addr)->sin_addr.s_addr == INADDR_ANY;
+    } else if (a->ai_family == AF_INET6) {
+      const in6_addr& v6 = reinterpret_cast<const sockaddr_in6*>(a->ai_addr)->sin6_addr;
+      const uint8_t* b = v6.s6_addr;
+      any |= IN6_IS_ADDR_UNSPECIFIED(&v6) ||
+             (IN6_IS_ADDR_V4MAPPED(&v6) && (b[12] | b[13] | b[14] | b[15]) == 0);
+    }
+  }
+  freeaddrinfo(res);
+  return any;
+}
+
+// --advertise_address split up; port 0 = the port listened on.
+absl::StatusOr<proto::HostPort> ParseAdvertise(const std::string& a) {
+  // Room for ":65535" when the port is added (Move.endpoint's limit).
+  if (a.size() > proto::kMaxEndpointSize - 6) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("longer than ", proto::kMaxEndpointSize - 6, " bytes"));
+  }
+  if (absl::StatusOr<proto::HostPort> hp = proto::ParseHostPort(a); hp.ok()) return hp;
+  proto::HostPort hp;
+  if (a.size() > 2 && a.front() == '[' && a.back() == ']' &&
+      a.find_first_of("[]", 1) == a.size() - 1) {
+    hp.host = a.substr(1, a.size() - 2);
+  } else if (!a.empty() && a.find_first_of(":[]") == std::string::npos) {
+    hp.host = a;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", a.substr(0, 64),
+                     "': expected HOST, HOST:PORT, [IPV6] or [IPV6]:PORT (port 1..65535)"));
+  }
+  for (const char c : hp.host) {
+    if (c <= ' ' || c == '/' || c == 0x7f) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("'", a.substr(0, 64), "': the host has a space, control character or '/'"));
+    }
+  }
+  return hp;
+}
+
+std::string JoinHostPort(const std::string& host, uint16_t port) {
+  return host.find(':') != std::string::npos ? absl::StrCat("[", host, "]:", port)
+                                             : absl::StrCat(host, ":", port);
+}
+
 }  // namespace
 
 absl::Status ServerOptions::Validate() const {
-  if (absl::StatusOr<proto::HostPort> hp = proto::ParseHostPort(listen); !hp.ok()) {
-    // Port 0 (any free port) is allowed for tests; ParseHostPort refuses it.
-    if (!(listen.size() > 2 && listen.substr(listen.size() - 2) == ":0")) {
-      return Bad("listen", std::string(hp.status().message()));
+  // Port 0 (any free port) is allowed for tests; ParseHostPort refuses it,
+  // so the host is checked with a port it accepts.
+  const bool any_port = listen.size() > 2 && listen.substr(listen.size() - 2) == ":0";
+  absl::StatusOr<proto::HostPort> listen_hp =
+      proto::ParseHostPort(any_port ? listen.substr(0, listen.size() - 1) + "1" : listen);
+  if (!listen_hp.ok()) return Bad("listen", std::string(listen_hp.status().message()));
+  if (!advertise_address.empty()) {
+    absl::StatusOr<proto::HostPort> a = ParseAdvertise(advertise_address);
+    if (!a.ok()) return Bad("advertise_address", std::string(a.status().message()));
+    if (IsWildcardHost(a->host)) {
+      return Bad("advertise_address",
+                 absl::StrCat(a->host,
+                              " is a wildcard address; give the address clients reach "
+                              "this node at"));
     }
+  } else if (IsWildcardHost(listen_hp->host)) {
+    return Bad("advertise_address",
+               absl::StrCat("required when --listen ", listen,
+                            " is a wildcard address: a live upgrade tells every client where to "
+                            "reconnect, and ",
+                            listen_hp->host,
+                            " would send a remote client to its own host; give the address "
+                            "clients reach this node at, e.g. --advertise_address=192.0.2.10"));
   }
   if (rdma_port < 1 || rdma_port > 255) return Bad("rdma_port", "must be 1..255");
   if (gid_index < -1 || gid_index > 255) return Bad("gid_index", "must be -1 (auto) or 0..255");
@@ -82,6 +161,34 @@ absl::Status ServerOptions::Validate() const {
   if (spin_us > 1000000) return Bad("spin_us", "must be <= 1000000");
   if (generation == 0) return absl::InvalidArgumentError("generation must be >= 1");
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> AdvertisedEndpoint(const std::string& advertise,
+                                               const std::string& bound_listen) {
+  absl::StatusOr<proto::HostPort> bound = proto::ParseHostPort(bound_listen);
+  if (!bound.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("bound listen address: ", bound.status().message()));
+  }
+  if (advertise.empty()) {
+    if (IsWildcardHost(bound->host)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("--advertise_address is required: the listener is bound to the wildcard "
+                       "address ",
+                       bound_listen, ", which is no address to send clients to"));
+    }
+    return bound_listen;
+  }
+  absl::StatusOr<proto::HostPort> a = ParseAdvertise(advertise);
+  if (!a.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--advertise_address: ", a.status().message()));
+  }
+  if (IsWildcardHost(a->host)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--advertise_address: ", a->host, " is a wildcard address"));
+  }
+  return JoinHostPort(a->host, a->port != 0 ? a->port : bound->port);
 }
 
 absl::StatusOr<WindowMode> ParseWindowMode(const std::string& s) {

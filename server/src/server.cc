@@ -1250,6 +1250,9 @@ void Server::RequestShutdown() {
   if (impl_->control_tasks_ != nullptr) impl_->control_tasks_->Post([] {});
 }
 std::string Server::listen_address() const { return impl_->listen_addr_; }
+absl::StatusOr<std::string> Server::advertised_endpoint() const {
+  return AdvertisedEndpoint(impl_->opt_.advertise_address, impl_->listen_addr_);
+}
 const std::string& Server::admin_socket_path() const { return impl_->admin_path_; }
 uint64_t Server::generation() const { return impl_->opt_.generation; }
 Metrics& Server::metrics() { return impl_->metrics_; }

@@ -8,7 +8,9 @@
 # touches the network, the device or the database (no RocksDB directory, no
 # admin socket, no shared-memory segment is created). A 0600 file passes the
 # token stage (the node then fails later only for want of a device on a host
-# without one, or starts where there is one).
+# without one, or starts where there is one). A wildcard --listen without
+# --advertise_address is refused the same way (a live upgrade would send
+# remote clients to their own host).
 set -euo pipefail
 KV_BUILD=${KVNODE_BUILD_DIR:?KVNODE_BUILD_DIR must point at the build directory}
 NODE=${KV_NODE_BIN:-$KV_BUILD/node/kvnode}
@@ -33,9 +35,9 @@ shm="kvnode-$TEST-$$"
 # (the node must exit by itself within 60 s: it never serves here).
 run_node() {
   local token=$1 tag=$2 rc=0
-  "$NODE" --listen 127.0.0.1:0 --db_path "$dir/db-$tag" --shm_name "$shm" \
+  "$NODE" --listen "${LISTEN:-127.0.0.1:0}" --db_path "$dir/db-$tag" --shm_name "$shm" \
     --admin_socket "${ADMIN_SOCKET:-$dir/admin-$tag/admin.sock}" --auth_token_file "$token" \
-    --arena_size $((8 << 20)) >"$dir/$tag.log" 2>&1 &
+    --arena_size $((8 << 20)) ${ADVERTISE:+--advertise_address="$ADVERTISE"} >"$dir/$tag.log" 2>&1 &
   local pid=$!
   pids+=("$pid")
   local deadline=$(($(date +%s) + 60))
@@ -119,6 +121,24 @@ if [[ $(id -u) -eq 0 ]]; then
 else
   log "skip: admin-other-owner needs root (to give the directory to uid 65534)"
 fi
+
+# --- a wildcard --listen without --advertise_address: a live upgrade would
+# send every remote client to 0.0.0.0 (its own host). Refused at start with a
+# message naming the flag, before the database, the admin socket and the arena.
+LISTEN=0.0.0.0:7000 expect_refused wildcard-v4 "$dir/token" \
+  "advertise_address: required when --listen 0.0.0.0:7000 is a wildcard address"
+LISTEN='[::]:0' expect_refused wildcard-v6 "$dir/token" \
+  "advertise_address: required when --listen .::.:0 is a wildcard address"
+LISTEN=0.0.0.0:0 ADVERTISE=0.0.0.0 expect_refused wildcard-advertised "$dir/token" \
+  "advertise_address: 0.0.0.0 is a wildcard address"
+# With an advertise address the same listen address passes that check.
+rc=0
+LISTEN=0.0.0.0:0 ADVERTISE=127.0.0.1 run_node "$dir/token" wildcard-ok >/dev/null || rc=$?
+if grep -q "advertise_address" "$dir/wildcard-ok.log"; then
+  cat "$dir/wildcard-ok.log" >&2
+  fail "--listen 0.0.0.0:0 --advertise_address=127.0.0.1 was refused"
+fi
+log "ok: --listen 0.0.0.0:0 with --advertise_address=127.0.0.1 passes the check"
 
 # The control: the same token with mode 0600 passes the token check.
 rc=0

@@ -84,6 +84,61 @@ TEST(ServerOptions, PortZeroAndIpv6Accepted) {
   EXPECT_TRUE(o.Validate().ok());
 }
 
+// A wildcard listener has no address to send moved clients to: without
+// --advertise_address the node must refuse to start, naming the flag.
+TEST(ServerOptions, WildcardListenNeedsAdvertiseAddress) {
+  for (const char* listen :
+       {"0.0.0.0:7000", "0.0.0.0:0", "[::]:7000", "0:7000", "[::ffff:0.0.0.0]:7000"}) {
+    ServerOptions o = Valid();
+    o.listen = listen;
+    absl::Status s = o.Validate();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << listen;
+    EXPECT_NE(s.message().find("--advertise_address"), absl::string_view::npos) << s;
+    EXPECT_NE(s.message().find("wildcard"), absl::string_view::npos) << s;
+    o.advertise_address = "192.0.2.10";
+    EXPECT_TRUE(o.Validate().ok()) << listen << ": " << o.Validate();
+  }
+  // Specific listen addresses need none (the default is the listen address).
+  for (const char* listen : {"127.0.0.1:7000", "[::1]:7000", "localhost:0", "192.0.2.10:7000"}) {
+    ServerOptions o = Valid();
+    o.listen = listen;
+    EXPECT_TRUE(o.Validate().ok()) << listen << ": " << o.Validate();
+  }
+}
+
+TEST(ServerOptions, AdvertiseAddressForms) {
+  ServerOptions o = Valid();
+  o.listen = "0.0.0.0:7000";
+  for (const char* good : {"192.0.2.10", "192.0.2.10:7001", "node-1.example.org",
+                           "node-1.example.org:7000", "[2001:db8::1]", "[2001:db8::1]:7000"}) {
+    o.advertise_address = good;
+    EXPECT_TRUE(o.Validate().ok()) << good << ": " << o.Validate();
+  }
+  for (const char* bad : {"0.0.0.0", "0.0.0.0:7000", "[::]", "[::]:7000", "2001:db8::1", "host:0",
+                          "host:70000", ":7000", "[2001:db8::1", "a b", "a/b", "[]"}) {
+    o.advertise_address = bad;
+    ExpectRejected(o, "--advertise_address");
+  }
+  o.advertise_address = std::string(600, 'a');
+  ExpectRejected(o, "--advertise_address");
+}
+
+TEST(ServerOptions, AdvertisedEndpoint) {
+  // Default: the bound address, when it is specific.
+  EXPECT_EQ(*AdvertisedEndpoint("", "127.0.0.1:40001"), "127.0.0.1:40001");
+  EXPECT_EQ(*AdvertisedEndpoint("", "[::1]:40001"), "[::1]:40001");
+  // A host alone takes the port actually bound (--listen with port 0).
+  EXPECT_EQ(*AdvertisedEndpoint("127.0.0.1", "0.0.0.0:40001"), "127.0.0.1:40001");
+  EXPECT_EQ(*AdvertisedEndpoint("[2001:db8::1]", "[::]:40001"), "[2001:db8::1]:40001");
+  EXPECT_EQ(*AdvertisedEndpoint("node.example.org:7000", "0.0.0.0:40001"), "node.example.org:7000");
+  // Never a wildcard.
+  absl::StatusOr<std::string> e = AdvertisedEndpoint("", "0.0.0.0:40001");
+  EXPECT_EQ(e.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(e.status().message().find("--advertise_address"), absl::string_view::npos);
+  EXPECT_FALSE(AdvertisedEndpoint("", "[::]:40001").ok());
+  EXPECT_FALSE(AdvertisedEndpoint("0.0.0.0", "127.0.0.1:40001").ok());
+}
+
 TEST(ServerOptions, WindowModes) {
   EXPECT_EQ(*ParseWindowMode("auto"), WindowMode::kAuto);
   EXPECT_EQ(*ParseWindowMode("on"), WindowMode::kOn);

@@ -19,6 +19,13 @@ struct ServerOptions {
   // --listen. TCP address of the control listener, "host:port" or
   // "[v6]:port". Default "127.0.0.1:7000". Port 0 picks a free port (tests).
   std::string listen = "127.0.0.1:7000";
+  // --advertise_address. Where clients are told to go when a live upgrade
+  // moves them (Move.endpoint): "host:port", "[v6]:port", or a host alone
+  // ("host", "[v6]") for the port actually listened on. Default "": the bound
+  // listen address, which must then be specific: a wildcard --listen
+  // (0.0.0.0, ::) is refused without it, since a remote client told to move
+  // to 0.0.0.0 would connect to its own host.
+  std::string advertise_address = "";
   // --rdma_device. Verbs device name. Default "": the first ACTIVE device.
   std::string rdma_device = "";
   // --rdma_port. Port of the device. Default 1.
@@ -94,6 +101,14 @@ struct ServerOptions {
 
   [[nodiscard]] absl::Status Validate() const;
 };
+
+// The endpoint a Move names for a node whose listener is bound to
+// `bound_listen` (Server::listen_address(), "host:port" with the real port),
+// given its --advertise_address `advertise`: `advertise` with the bound port
+// when it has none, or `bound_listen` when it is empty. FailedPrecondition,
+// naming --advertise_address, when the result would be a wildcard address.
+[[nodiscard]] absl::StatusOr<std::string> AdvertisedEndpoint(const std::string& advertise,
+                                                             const std::string& bound_listen);
 
 // "always" | "never" | "auto" from ServerOptions::memory_windows.
 enum class WindowMode { kAuto, kOn, kOff };

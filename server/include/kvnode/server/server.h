@@ -83,6 +83,9 @@ class Server {
   void RequestShutdown();
   // "host:port" actually bound (port resolved when --listen had port 0).
   std::string listen_address() const;
+  // Where a live upgrade's Move sends clients: AdvertisedEndpoint() of
+  // --advertise_address and listen_address() (options.h).
+  [[nodiscard]] absl::StatusOr<std::string> advertised_endpoint() const;
   const std::string& admin_socket_path() const;
   uint64_t generation() const;
   Metrics& metrics();
