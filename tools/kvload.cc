@@ -595,6 +595,7 @@ int main(int argc, char** argv) {
       cs.busy += s.busy;
       cs.reconnects += s.reconnects;
       cs.moves += s.moves;
+      cs.moves_refused += s.moves_refused;
       cs.timeouts += s.timeouts;
       cs.stale_responses += s.stale_responses;
     }
@@ -629,6 +630,7 @@ int main(int argc, char** argv) {
       {"stale_responses", cs.stale_responses},
       {"preload_failures", preload_failures},
   };
+  report["client"]["moves_refused"] = cs.moves_refused;
   std::printf("%s", load::FormatSummary(report).c_str());
   std::printf(
       "client: %llu GETs by READ, %llu by RPC (%llu fallbacks, %llu torn-read retries), "

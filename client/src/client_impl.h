@@ -69,6 +69,16 @@ rdma::Deadline ToRdmaDeadline(absl::Time t);
 // Maps an Error frame from the server to a typed status.
 absl::Status ServerErrorStatus(const proto::Error& e, std::string_view during);
 
+// A Move must lead to the same node's next generation: the Welcome found at
+// Move.endpoint names the arena that `from` (the Welcome of the session the
+// Move leaves) named, Geometry::arena_id in index_geometry (a new process
+// maps its predecessor's arena), and a generation of at least
+// Move.new_generation. FailedPrecondition saying what differs otherwise (a
+// wrong --advertise_address on the node, a stale or forged Move): the client
+// refuses to move there.
+absl::Status CheckMoveTarget(const proto::Welcome& from, const proto::Move& move,
+                             const proto::Welcome& to);
+
 // --- wr_id layout -------------------------------------------------------------
 // bits 32..63 session epoch, bit 31 receive, bits 0..30 slot or receive index.
 inline uint64_t MakeWrId(uint32_t epoch, bool recv, uint32_t index) {
@@ -124,7 +134,11 @@ struct Session {
   absl::Time last_rx;   // last control frame received
   absl::Time last_tx;   // last control frame sent
   bool moving = false;  // Move received: READs go on, RPCs wait for the new session
-  proto::Move move;
+  proto::Move move;     // the Move received (moving), or followed (for_move)
+  // for_move: the Welcome of the session the Move leaves, checked against
+  // this one's (CheckMoveTarget); refused_move once that check failed.
+  proto::Welcome move_from;
+  bool refused_move = false;
   absl::Time move_drain_deadline;
   bool moved = false;   // retired by a Move: MoveAck and Goodbye once drained
   bool broken = false;  // lost or retiring: post nothing here

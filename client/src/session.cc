@@ -101,6 +101,10 @@ void Client::Impl::StartHandshake(const std::string& endpoint, bool for_move, ab
   s->epoch = next_epoch_++;
   s->endpoint = endpoint;
   s->for_move = for_move;
+  if (for_move) {
+    s->move = current_->move;
+    s->move_from = current_->welcome;
+  }
   s->first = stats_.sessions == 0;  // Connect()'s attempt
   s->side = side_in_use_[0] ? 1 : 0;
   side_in_use_[s->side] = true;
@@ -209,6 +213,13 @@ absl::Status Client::Impl::OnWelcome(Session* s, const proto::Welcome& w) {
     return absl::UnavailableError(absl::StrCat("bad Welcome from ", endpoint, ": client_id=",
                                                w.client_id, " credits=", w.max_rpc_credits));
   }
+  if (s->for_move) {
+    if (absl::Status st = CheckMoveTarget(s->move_from, s->move, w); !st.ok()) {
+      s->refused_move = true;
+      return absl::FailedPreconditionError(
+          absl::StrCat(endpoint, " is not where the Move said: ", st.message()));
+    }
+  }
   s->welcome = w;
   if (!w.index_geometry.empty() && !options_.rpc_get_only) {
     absl::StatusOr<storage::Geometry> g = storage::Geometry::Decode(w.index_geometry);
@@ -279,8 +290,21 @@ void Client::Impl::OnReady(Session* s, absl::Time now) {
 void Client::Impl::HandshakeFailed(absl::Status why, absl::Time now) {
   std::unique_ptr<Session> s = std::move(pending_);
   const bool for_move = s->for_move;
+  const bool refused_move = s->refused_move;
   last_connect_error_ = why;
   Retire(std::move(s), now);  // flushes the receives of a QP that never got Ready
+  if (refused_move) {
+    // Another node answered at the Move's endpoint: trying again would find
+    // it again. Stay on the old session; when the old process cuts it, the
+    // client reconnects to its old endpoint (endpoint_, unchanged), where the
+    // next generation listens on the inherited socket.
+    ++stats_.moves_refused;
+    LOG(WARNING) << "kvclient: client " << client_id_ << " refused a Move: " << why.message()
+                 << "; keeping " << endpoint_;
+    if (current_ != nullptr) current_->moving = false;
+    next_reconnect_ = now;
+    return;
+  }
   if (for_move && current_ != nullptr && current_->moving) {
     LOG(WARNING) << "kvclient: client " << client_id_ << " cannot move to "
                  << current_->move.endpoint << ": " << why;
@@ -330,6 +354,33 @@ void Client::Impl::InstallPending(absl::Time now) {
               << " (generation " << generation_ << ")";
   }
   RunQueue(now);  // what waited for a session goes now
+}
+
+// --- Move target check ------------------------------------------------------------------
+
+absl::Status CheckMoveTarget(const proto::Welcome& from, const proto::Move& move,
+                             const proto::Welcome& to) {
+  absl::StatusOr<storage::Geometry> was = storage::Geometry::Decode(from.index_geometry);
+  absl::StatusOr<storage::Geometry> now = storage::Geometry::Decode(to.index_geometry);
+  if (!was.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the old node's arena id is unknown (", was.status().message(), ")"));
+  }
+  if (!now.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("its arena id is unknown (", now.status().message(), ")"));
+  }
+  if (now->arena_id != was->arena_id) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "another node: arena ", absl::Hex(now->arena_id), " (generation ", to.server_generation,
+        "), expected arena ", absl::Hex(was->arena_id), " generation ", move.new_generation));
+  }
+  if (to.server_generation < move.new_generation) {
+    return absl::FailedPreconditionError(absl::StrCat("generation ", to.server_generation,
+                                                      " of arena ", absl::Hex(now->arena_id),
+                                                      ", expected at least ", move.new_generation));
+  }
+  return absl::OkStatus();
 }
 
 // --- retirement ------------------------------------------------------------------------
@@ -427,8 +478,10 @@ void Client::Impl::OnSessionLost(absl::Time now) {
   LOG(WARNING) << "kvclient: client " << client_id_ << " lost session " << s->epoch << " to "
                << s->endpoint << ": " << why;
   last_connect_error_ = why;
-  // Lost in the middle of a Move: the node said where it lives now.
-  if (s->moving) endpoint_ = s->move.endpoint;
+  // Lost in the middle of a Move: endpoint_ stays. The Move's endpoint is
+  // taken only by a Move handshake that found the same node there
+  // (CheckMoveTarget); a reconnection is not checked, so it must not go to
+  // an address only the Move named.
   Retire(std::move(s), now);
   if (options_.reconnect && !need_reconnect_) {
     need_reconnect_ = true;  // unless a Move's handshake, still running, succeeds first

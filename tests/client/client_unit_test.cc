@@ -65,6 +65,61 @@ TEST(ClientOptions, ValidateNamesTheProblem) {
   EXPECT_FALSE(o.Validate().ok());
 }
 
+// The Welcome of a session on the arena `arena_id` at `generation`.
+proto::Welcome WelcomeOf(uint64_t arena_id, uint64_t generation) {
+  storage::Geometry g;
+  g.arena_size = 1 << 20;
+  g.index_offset = 4096;
+  g.bucket_count = 1024;
+  g.hash_seed = 7;
+  g.arena_id = arena_id;
+  proto::Welcome w;
+  w.client_id = 5;
+  w.server_generation = generation;
+  w.index_geometry = g.Encode();
+  return w;
+}
+
+proto::Move MoveTo(uint64_t new_generation) {
+  proto::Move m;
+  m.endpoint = "127.0.0.1:7000";
+  m.new_generation = new_generation;
+  return m;
+}
+
+TEST(MoveTarget, SameArenaNextGenerationAccepted) {
+  EXPECT_TRUE(CheckMoveTarget(WelcomeOf(0xa1, 3), MoveTo(4), WelcomeOf(0xa1, 4)).ok());
+  // A later generation of the same node (it was upgraded again meanwhile).
+  EXPECT_TRUE(CheckMoveTarget(WelcomeOf(0xa1, 3), MoveTo(4), WelcomeOf(0xa1, 5)).ok());
+}
+
+TEST(MoveTarget, AnotherNodeRefused) {
+  // Another node, even at the announced generation.
+  absl::Status s = CheckMoveTarget(WelcomeOf(0xa1, 3), MoveTo(4), WelcomeOf(0xb2, 4));
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("another node"), absl::string_view::npos) << s;
+  EXPECT_NE(s.message().find("b2"), absl::string_view::npos) << s;
+  // A fresh node (generation 1) at the Move's address.
+  EXPECT_FALSE(CheckMoveTarget(WelcomeOf(0xa1, 3), MoveTo(4), WelcomeOf(0xc3, 1)).ok());
+}
+
+TEST(MoveTarget, OlderGenerationRefused) {
+  // The same arena but not the announced generation (the old process
+  // itself, or a stale Move).
+  absl::Status s = CheckMoveTarget(WelcomeOf(0xa1, 3), MoveTo(4), WelcomeOf(0xa1, 3));
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("expected at least 4"), absl::string_view::npos) << s;
+}
+
+TEST(MoveTarget, UnknownArenaRefused) {
+  proto::Welcome none = WelcomeOf(0xa1, 4);
+  none.index_geometry.clear();
+  EXPECT_EQ(CheckMoveTarget(WelcomeOf(0xa1, 3), MoveTo(4), none).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(CheckMoveTarget(none, MoveTo(4), WelcomeOf(0xa1, 4)).code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
 TEST(WrId, RoundTrips) {
   const uint64_t a = MakeWrId(7, false, 31);
   EXPECT_EQ(WrEpoch(a), 7u);

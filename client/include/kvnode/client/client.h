@@ -171,6 +171,9 @@ struct ClientStats {
   uint64_t sessions = 0;     // sessions established (1 + reconnects + moves)
   uint64_t reconnects = 0;
   uint64_t moves = 0;
+  // Moves refused because the node at the Move's endpoint was not the same
+  // node's next generation (CheckMoveTarget); the client stayed where it was.
+  uint64_t moves_refused = 0;
   uint64_t timeouts = 0;
   uint64_t stale_responses = 0;  // responses for no in-flight op (dropped)
 };
