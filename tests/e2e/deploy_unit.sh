@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# deploy/kvnode.service and deploy/kvnode.env as shipped start a node and
+# upgrade it live. The guest has no systemd, so tests/e2e/systemd_unit.py
+# reads the unit's ExecStart= and ExecReload= exactly as written and does what
+# systemd does with them (EnvironmentFile= variables, %S %t %E specifiers);
+# the directories systemd would create (StateDirectory=, RuntimeDirectory=,
+# both 0700) and /etc/kvnode (the env file, the token) live under a temp root.
+# Only the binary's path is this build's instead of /usr/local/bin/kvnode.
+#
+# 1. The env file as shipped (listen on 0.0.0.0:7000, no advertise address):
+#    the node refuses to start and names --advertise_address.
+# 2. With KVNODE_ADVERTISE_ADDRESS=127.0.0.1 (what the env file's comments ask
+#    the operator to set) and a small arena in KVNODE_OPTS: the node starts,
+#    authenticates clients with the token file, writes the pid file, keeps its
+#    database under the state directory; kvload --verify runs while the
+#    unit's ExecReload (kill -USR2 $MAINPID, $MAINPID from the pid file) does
+#    a live upgrade: a new pid serves generation 2 with the same arguments,
+#    the pid file names it, the clients moved, zero failed operations.
+source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/upgrade_lib.sh"
+kv_require_device
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+unit=$repo/deploy/kvnode.service
+KV_NODE_BIN=${KV_NODE_BIN_REAL:-$KV_BUILD/server/kvnode}
+
+root=$(mktemp -d "/tmp/kv-e2e-$KV_TEST.XXXXXX")
+KV_DIR=$root
+mkdir -p "$root/var/lib" "$root/run" "$root/etc"
+mkdir -m 700 "$root/var/lib/kvnode" "$root/run/kvnode" "$root/etc/kvnode"
+KV_TOKEN=$root/etc/kvnode/token
+(umask 077 && head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$KV_TOKEN")
+cp "$repo/deploy/kvnode.env" "$root/etc/kvnode/kvnode.env"
+KV_ADMIN=$root/run/kvnode/admin.sock
+pid_file=$root/run/kvnode/kvnode.pid
+
+# unit_command KEY [--set VAR=VALUE]: the command line into CMD (an array).
+unit_command() {
+  local key=$1
+  shift
+  CMD=()
+  mapfile -d '' -t CMD < <(python3 "$(dirname "$0")/systemd_unit.py" --unit "$unit" --root "$root" \
+    "$@" "$key")
+  [[ ${#CMD[@]} -gt 0 ]] || kv_fail "no $key= command from $unit"
+  kv_log "$key: ${CMD[*]}"
+}
+# start_unit LOG: runs the unit's ExecStart (this build's binary) in the background.
+start_unit() {
+  unit_command ExecStart
+  [[ ${CMD[0]} == /usr/local/bin/kvnode ]] || kv_fail "ExecStart runs ${CMD[0]}, expected /usr/local/bin/kvnode"
+  KV_LOG=$1
+  "$KV_NODE_BIN" "${CMD[@]:1}" >"$KV_LOG" 2>&1 &
+  KV_PID=$!
+}
+
+# --- 1. as shipped: no advertise address for a wildcard listener -> refused --
+start_unit "$root/shipped.log"
+exited() { up_gone "$KV_PID"; }
+kv_wait_for 60 exited || kv_fail "the node started with the env file as shipped (no advertise address)"
+rc=0
+wait "$KV_PID" || rc=$?
+[[ $rc -ne 0 ]] || kv_fail "the node exited 0 with the env file as shipped"
+grep -q "advertise_address: required when --listen 0.0.0.0:7000 is a wildcard address" "$KV_LOG" ||
+  kv_fail "no message naming --advertise_address"
+[[ ! -e $root/var/lib/kvnode/db ]] || kv_fail "the refused node created its database"
+KV_PID=""
+kv_ok "as shipped (KVNODE_ADVERTISE_ADDRESS empty): refused, exit $rc: $(grep -o 'advertise_address: required[^:]*' "$KV_LOG")"
+
+# --- 2. configured: starts, serves, ExecReload upgrades it live ---------------
+KV_SHM="kvnode-e2e-deploy-$$"
+sed -i -e 's/^KVNODE_ADVERTISE_ADDRESS=.*/KVNODE_ADVERTISE_ADDRESS=127.0.0.1/' \
+  -e "s/^KVNODE_OPTS=.*/KVNODE_OPTS=--arena_size=$((32 << 20)) --shm_name=$KV_SHM/" \
+  "$root/etc/kvnode/kvnode.env"
+start_unit "$root/kvnode.log"
+UP_FIRST_PID=$KV_PID
+kv_wait_for 60 kv_admin ping || kv_fail "the node did not answer ping at $KV_ADMIN within 60 s"
+listen=$(kv_admin ping | grep -o '"listen":"[^"]*"' | cut -d'"' -f4)
+[[ $listen == 0.0.0.0:7000 ]] || kv_fail "listening on $listen, expected the env file's 0.0.0.0:7000"
+KV_ADDR=127.0.0.1:7000
+[[ $(<"$pid_file") == "$KV_PID" ]] || kv_fail "pid file says $(<"$pid_file"), node is $KV_PID"
+[[ -d $root/var/lib/kvnode/db ]] || kv_fail "no database under the state directory"
+kv_ok "started from the unit: pid $KV_PID on $listen, pid file and database in place"
+
+# A client without the token is refused (the unit never runs unauthenticated).
+(umask 077 && echo wrong-token >"$root/wrong-token")
+rc=0
+"$KV_KVLOAD" --server "$KV_ADDR" --auth_token_file "$root/wrong-token" --clients 1 --ops 1 \
+  --keys 1 --progress=false --connect_timeout_ms 5000 >"$root/wrong.log" 2>&1 || rc=$?
+[[ $rc -ne 0 ]] || kv_fail "a client with a wrong token was served"
+grep -qi "auth" "$root/wrong.log" || kv_fail "a wrong token was not refused as such: $(cat "$root/wrong.log")"
+
+"$KV_KVLOAD" --server "$KV_ADDR" --auth_token_file "$KV_TOKEN" --workload A --clients 2 --threads 1 \
+  --depth 4 --keys 300 --value_size 64 --preload --duration 100000 --verify \
+  --report "$root/report.json" --progress=false --connect_timeout_ms 5000 --timeout_ms 30000 \
+  >"$root/kvload.log" 2>&1 &
+load_pid=$!
+clients_are() { [[ $(kv_stat clients) == "$1" ]]; }
+kv_wait_for 120 clients_are 2 || kv_fail "kvload's clients did not connect"
+kv_wait_for 60 kv_stat_at_least ops_put 400 || kv_fail "no load"
+
+old=$KV_PID
+unit_command ExecReload --set "MAINPID=$(<"$pid_file")"
+"${CMD[@]}" || kv_fail "ExecReload failed"
+kv_wait_for 90 up_generation_is 2 || kv_fail "generation 2 did not answer within 90 s of ExecReload"
+new=$(up_ping_field pid)
+[[ $new != "$old" ]] || kv_fail "same pid $new after the upgrade"
+kv_wait_for 30 up_gone "$old" || kv_fail "old process $old still alive 30 s after the upgrade"
+rc=0
+wait "$old" || rc=$?
+[[ $rc -eq 0 ]] || kv_fail "old process $old exited $rc"
+KV_PID=$new
+pid_is_new() { [[ $(<"$pid_file") == "$new" ]]; }
+kv_wait_for 10 pid_is_new || kv_fail "pid file says $(<"$pid_file") after the upgrade, new pid is $new"
+kv_wait_for 30 up_not_in_progress || kv_fail "upgrade still in progress on $new"
+kv_wait_for 30 clients_are 2 || kv_fail "clients on the new process: $(kv_stat clients)"
+# The new process runs with the unit's arguments (a live upgrade keeps them).
+tr '\0' '\n' <"/proc/$new/cmdline" >"$root/new.cmdline"
+for w in --advertise_address=127.0.0.1 "--db_path=$root/var/lib/kvnode/db" \
+  "--auth_token_file=$KV_TOKEN" "--pid_file=$pid_file"; do
+  grep -qxF -- "$w" "$root/new.cmdline" || kv_fail "the new process lacks $w: $(tr '\n' ' ' <"$root/new.cmdline")"
+done
+puts=$(kv_stat ops_put)
+kv_wait_for 60 kv_stat_at_least ops_put $((${puts%.*} + 200)) || kv_fail "no load on the new process"
+kill -INT "$load_pid"
+rc=0
+wait "$load_pid" || rc=$?
+[[ $rc -eq 0 ]] || { tail -20 "$root/kvload.log" >&2; kv_fail "kvload exited $rc"; }
+python3 - "$root/report.json" <<'PY' || { tail -20 "$root/kvload.log" >&2; kv_fail "report check"; }
+import json, sys
+r = json.load(open(sys.argv[1]))
+c = r["client"]
+assert r["failed_ops"] == 0, f"failed_ops {r['failed_ops']}"
+assert r["verify_errors"] == 0, f"verify_errors {r['verify_errors']}"
+assert r["stale_reads"] == 0, f"stale_reads {r['stale_reads']}"
+assert c["moves"] + c["reconnects"] >= 2, f"moves {c['moves']} reconnects {c['reconnects']}"
+assert c["moves_refused"] == 0, f"moves_refused {c['moves_refused']}"
+print(f"kvload: {r['ops']} ops, failed 0, verify errors 0, moves {c['moves']}, "
+      f"reconnects {c['reconnects']}")
+PY
+grep -q "moved to 127.0.0.1:7000" "$root/kvload.log" || kv_fail "no client moved to 127.0.0.1:7000"
+kv_ok "ExecReload: $old -> $new (generation 2), clients moved to 127.0.0.1:7000"
+up_stop_node
+[[ ! -e $pid_file ]] || kv_fail "pid file left after SIGTERM"
+echo "deploy_unit: PASS"
