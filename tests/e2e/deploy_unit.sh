@@ -63,7 +63,7 @@ grep -q "advertise_address: required when --listen 0.0.0.0:7000 is a wildcard ad
   kv_fail "no message naming --advertise_address"
 [[ ! -e $root/var/lib/kvnode/db ]] || kv_fail "the refused node created its database"
 KV_PID=""
-kv_ok "as shipped (KVNODE_ADVERTISE_ADDRESS empty): refused, exit $rc: $(grep -o 'advertise_address: required[^:]*' "$KV_LOG")"
+kv_ok "as shipped (KVNODE_ADVERTISE_ADDRESS empty): refused, exit $rc: $(grep -o 'advertise_address: required when --listen [^ ]* is a wildcard address' "$KV_LOG")"
 
 # --- 2. configured: starts, serves, ExecReload upgrades it live ---------------
 KV_SHM="kvnode-e2e-deploy-$$"
