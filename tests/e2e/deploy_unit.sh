@@ -21,7 +21,7 @@ source "$(dirname "$0")/upgrade_lib.sh"
 kv_require_device
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 unit=$repo/deploy/kvnode.service
-KV_NODE_BIN=${KV_NODE_BIN_REAL:-$KV_BUILD/server/kvnode}
+KV_NODE_BIN=${KV_NODE_BIN_REAL:-$KV_BUILD/node/kvnode}
 
 root=$(mktemp -d "/tmp/kv-e2e-$KV_TEST.XXXXXX")
 KV_DIR=$root

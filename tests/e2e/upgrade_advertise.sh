@@ -83,7 +83,7 @@ up_stop_node
 UP_FIRST_PID=""
 
 # --- 2. a Move to a wrong node is refused ----------------------------------
-KV_NODE_BIN=${KV_NODE_BIN_REAL:-$KV_BUILD/server/kvnode}
+KV_NODE_BIN=${KV_NODE_BIN_REAL:-$KV_BUILD/node/kvnode}
 kv_start_node
 B_PID=$KV_PID B_ADDR=$KV_ADDR B_ADMIN=$KV_ADMIN B_SHM=$KV_SHM B_LOG=$KV_LOG
 token=$KV_TOKEN
