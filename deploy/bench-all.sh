@@ -13,12 +13,12 @@
 #
 # In the session, in order of priority (each figure the median of 3 runs,
 # with min and max):
-#   1a. deploy/bench.sh --inner at 16 B (inline) and 1 KiB (heap), issue 5's
-#       targets: perftest ib_read_lat / ib_send_lat / ib_read_bw (-t D -o D)
+#   1a. deploy/bench.sh --inner at 16 B (inline) and 1 KiB (heap), the GET
+#       targets' sizes: perftest ib_read_lat / ib_send_lat / ib_read_bw (-t D -o D)
 #       and kvload (workload C uniform, and write-only) on one kvnode, depths
 #       1, 8, 32, GET latency CDFs;
-#   2.  deploy/bench-upgrade.sh (issue 6: live upgrade vs naive restart at
-#       1e5 keys with three events per run, issue 7's timeline plot, and at
+#   2.  deploy/bench-upgrade.sh (live upgrade vs naive restart at
+#       1e5 keys with three events per run, for the timeline plot, and at
 #       1e6 keys with one; keys preloaded by kvfill) when present;
 #   3.  rdma_bench (registration per GiB, batch deregistration), 3 runs;
 #   4.  Redis on loopback TCP: redis-benchmark GET/SET at each size, 1 and 32
@@ -61,7 +61,7 @@ while (($#)); do
   esac
 done
 
-SIZES_A=16,1024 # issue 5's two targets: measured first
+SIZES_A=16,1024 # the GET targets' two sizes (inline, heap): measured first
 SIZES_B=64,4096
 DEPTHS=1,8,32
 REPS=3
@@ -69,8 +69,9 @@ MIX=64:8
 RDMA_MIB=64
 REDIS_N1=500   # requests per redis-benchmark test with 1 connection
 REDIS_N32=2000 # ... with 32
-# Issue 6's 1e5 and 1e6 keys. KEYS:N = N events per run: three live upgrades
-# (and three naive restarts) in one run at 1e5 keys make issue 7's timeline
+# 1e5 and 1e6 keys: the arena rebuild a naive restart pays grows with the keys,
+# a live upgrade's should not. KEYS:N = N events per run: three live upgrades
+# (and three naive restarts) in one run at 1e5 keys make the timeline
 # plot; one each at 1e6. kvfill preloads in seconds (kvload's PUTs took ~2 min
 # for 1e5 keys under TCG); what 1e6 costs is the node building its arena from
 # RocksDB, twice (cold start, naive restart). Estimated cost on an idle
@@ -131,7 +132,7 @@ if ((inner)); then
   } >"$out/guest.txt"
 
   # Order of priority, so that a cut for time takes the least important:
-  # 1a. issue 5's two targets (16 B inline, 1 KiB heap); 2. the live upgrade;
+  # 1a. the GET targets' sizes (16 B inline, 1 KiB heap); 2. the live upgrade;
   # 3. rdma_bench; 4. Redis; 1b. the other sizes and the workload grid.
   nredis=$(($(wc -w <<<"$REDIS_SIZES") * REPS * 2))
   later=$((RDMA_RUNS * 40 + nredis * 6)) # what parts 3 and 4 need
@@ -142,7 +143,7 @@ if ((inner)); then
     --duration 2 --keys 5000 --cdf --deadline $((deadline - reserve)) ||
     log "bench.sh exited $? (continuing with the other parts)"
 
-  # 2. The live-upgrade benchmark (issue 6, its own script), when it exists.
+  # 2. The live-upgrade benchmark (its own script), when it exists.
   # Shortened to fit: UPGRADE_KEYS, 10 s runs, events 3 s apart. Its
   # kvload reports stay in its /tmp/bench-upgrade.* dirs: copied to DIR.
   log "2. live upgrade vs naive restart"

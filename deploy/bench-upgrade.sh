@@ -20,7 +20,7 @@
 #             again (the arena is rebuilt from RocksDB), clients reconnect
 # A key count may carry its own number of events: BENCH_KEYS="10000:3 100000"
 # (three upgrades and three restarts at 1e4 keys, BENCH_EVENTS at 1e5): the
-# timeline plot of issue 7 wants three events in one run.
+# timeline plot (docs/BENCHMARKS.md) shows three events of one run side by side.
 # Reported per run: blackout (longest gap between completed operations, from
 # kvload), p99 and max latency of the run (steady vs the run holding the
 # events), failed ops, and per event signal -> old process exit (live) /

@@ -5,7 +5,8 @@
 # kvload (workload C, and write-only for PUT latency) on the same device,
 # alternating rep by rep so host load drifts hit both alike. Prints GET p50 /
 # ib_read_lat p50, GET ops/s / ib_read_bw message rate and PUT p50 /
-# ib_send_lat p50 against issue 5's targets.
+# ib_send_lat p50 against the targets (GET p50 <= 1.3x ib_read_lat inline,
+# <= 2.3x heap; GET rate >= 50% of ib_read_bw's).
 #
 #   deploy/bench.sh [--sizes 16,1024] [--depths 1,8,32] [--reps 3] [--duration 2]
 #                   [--keys 5000] [--spin N] [--short_duration 1] [--out DIR]

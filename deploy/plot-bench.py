@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Tables and plots from the raw output of deploy/bench.sh / deploy/bench-all.sh.
 
-  deploy/plot-bench.py summary DIR        issue 5's ratio table on stdout
+  deploy/plot-bench.py summary DIR        the kvnode/perftest ratios on stdout
   deploy/plot-bench.py report DIR --md docs/BENCHMARKS.md --plots docs/bench
 
 DIR holds runs.jsonl (one record per run, written by the bench scripts) and
@@ -225,7 +225,7 @@ def md_table(header, rows):
 
 
 # ----------------------------------------------------------------------------
-# the kvnode vs perftest tables (issue 5)
+# the kvnode vs perftest tables (the targets are ratios to perftest)
 
 
 def pick(dct, field, sub=None):

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Soak of the live upgrade (issue 8): N consecutive live upgrades of one kvnode
+# Soak of the live upgrade: N consecutive live upgrades of one kvnode
 # under `kvload --verify`, with client churn and, every few upgrades, a random
 # cell of the new side's fault matrix injected first. Stops at the first
 # failed operation, verification error or leak; prints a summary. Runs on the
 # host's verbs device, or inside deploy/rxe-vm (Soft-RoCE) when there is none.
-# `deploy/soak.sh --help` explains every option.
+# `deploy/soak.sh --help` explains every option. A slow leak or a rare fault
+# shows only over many upgrades: that is what this run is for.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source deploy/lib.sh

@@ -5,7 +5,7 @@
 //
 // Everything here is driven by Poll: a step runs when its fd is ready or its
 // completion has been polled, and each step has a deadline. Nothing waits,
-// so the other Clients of the thread keep being polled (issue 6: a blocking
+// so the other Clients of the thread keep being polled (a blocking
 // re-handshake starved their keep-alives). Only Connect() (Init) and Close()
 // block, by their contract.
 #include <glog/logging.h>

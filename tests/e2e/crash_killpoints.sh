@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Crash kill points outside upgrades (issue 8). Under kvload --verify write
-# load (YCSB A with 10% of writes DELETEs, --ack_log), the node is SIGKILLed
-# ITERATIONS times (default 5) at a random kill point and restarted on the same
-# port, RocksDB and shared-memory name (the killed node's arena is dirty: the
-# restart rebuilds it from RocksDB). Kill points, picked at random:
+# Crash kill points outside upgrades: nothing acknowledged may be lost. Under
+# kvload --verify write load (YCSB A with 10% of writes DELETEs, --ack_log), the
+# node is SIGKILLed ITERATIONS times (default 5) at a random kill point and
+# restarted on the same port, RocksDB and shared-memory name (the killed node's
+# arena is dirty: the restart rebuilds it from RocksDB). Kill points, picked at
+# random:
 #   writes    once the node has acknowledged a random number (1..400) more
 #             writes since it started: anywhere in the write path
 #   ready     as soon as a restarted node answers ping, while the clients are

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Each bad input of issue 5 gets its error (or a closed session) while a
-# well-behaved client keeps working without a single failure; the node keeps
-# serving, counts every error by kind, and is back at its idle verbs
-# baseline afterwards.
+# Each bad input a client can send (docs/security.md) gets its error (or a
+# closed session) while a well-behaved client keeps working without a single
+# failure; the node keeps serving, counts every error by kind, and is back at
+# its idle verbs baseline afterwards.
 source "$(dirname "$0")/lib.sh"
 kv_require_device
 

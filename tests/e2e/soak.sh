@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The CI's short soak (issue 8): deploy/soak.sh with KV_SOAK_UPGRADES live
+# The CI's short soak: deploy/soak.sh with KV_SOAK_UPGRADES live
 # upgrades, default 20. Before every 4th upgrade a random crash|fail cell of
 # the new side's fault matrix (hang cells cost a 20 s deadline each; the full
 # soak draws them); around every 3rd a second, short-lived kvload that joins

@@ -14,7 +14,8 @@
 
 # Node flags of the upgrade e2e tests: the defaults (3 missed keepalives cut a
 # session). A client's Move handshake runs from Poll without blocking, so the
-# clients that share its thread keep answering keepalives (issue 6).
+# clients that share its thread keep answering keepalives (a blocking one
+# starved them into being cut).
 UP_NODE_FLAGS=()
 
 up_make_builds() {

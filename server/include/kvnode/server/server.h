@@ -14,9 +14,9 @@
 // down in the safe order, deregisters MRs, closes RocksDB, checks the verbs
 // accounting) -> destroy.
 //
-// Hooks for the live upgrade (issue 6) are below "Upgrade hooks". Unless a
-// comment says otherwise they must be called on the control thread, i.e.
-// from an UpgradeHandler or a task given to RunOnControlThread().
+// Hooks for the live upgrade (docs/upgrade.md) are below "Upgrade hooks".
+// Unless a comment says otherwise they must be called on the control thread,
+// i.e. from an UpgradeHandler or a task given to RunOnControlThread().
 #ifndef KVNODE_SERVER_SERVER_H_
 #define KVNODE_SERVER_SERVER_H_
 
@@ -90,7 +90,7 @@ class Server {
   uint64_t generation() const;
   Metrics& metrics();
 
-  // --- Upgrade hooks (issue 6) ------------------------------------------------
+  // --- Upgrade hooks (the live upgrade, docs/upgrade.md) ---------------------
   // Called on the control thread for SIGUSR2 (binary = nullopt) and for the
   // admin command `upgrade [BINARY]`; `reply` (call once, any thread) takes
   // the admin answer line (JSON + '\n'); for SIGUSR2 it only logs. Without a
