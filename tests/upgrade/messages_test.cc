@@ -171,17 +171,73 @@ TEST(HandoffMessages, PlainStructCodecsRoundTrip) {
 
 // Random corruption never crashes the decoder and never reads out of bounds
 // (run under ASan to make the second half of that claim).
+// The frame has no checksum (the channel is a local socketpair): a flipped
+// byte in a value field decodes to another valid message. Every corruption
+// must therefore end one of two ways: rejected with one of the decoder's
+// error kinds and a message that says it was the handoff, or accepted as a
+// message whose encoding is exactly the corrupted bytes (nothing accepted
+// that the encoder would not have produced). Header fields each have one
+// answer.
 TEST(HandoffMessages, CorruptedFramesAreErrorsNotCrashes) {
   std::mt19937_64 rng(12345);
+  size_t rejected = 0;
+  size_t accepted = 0;
   for (const HandoffMessage& m : AllSampleMessages()) {
     const std::string f = Frame(m);
+    const std::string name = HandoffTypeName(static_cast<uint16_t>(TypeOf(m)));
+    ASSERT_GT(f.size(), kHandoffFrameHeaderSize) << name;
+
+    std::string g = f;
+    g[0] = static_cast<char>(g[0] ^ 0x5a);
+    absl::Status s = DecodeHandoff(AsBytes(g)).status();
+    EXPECT_TRUE(absl::IsInvalidArgument(s)) << name << " bad magic: " << s;
+    EXPECT_NE(s.message().find("bad frame magic"), std::string::npos) << s;
+
+    g = f;
+    g[6] = g[7] = static_cast<char>(0xff);  // type 0xffff
+    s = DecodeHandoff(AsBytes(g)).status();
+    EXPECT_TRUE(absl::IsInvalidArgument(s)) << name << " unknown type: " << s;
+    EXPECT_NE(s.message().find("unknown message type 65535"), std::string::npos) << s;
+
+    g = f;
+    g[4] = static_cast<char>(g[4] + 1);  // the next protocol version
+    s = DecodeHandoff(AsBytes(g)).status();
+    if (std::holds_alternative<Abort>(m)) {
+      EXPECT_TRUE(s.ok()) << "Abort is accepted at any version: " << s;
+    } else {
+      EXPECT_TRUE(absl::IsFailedPrecondition(s)) << name << " other version: " << s;
+    }
+
+    g = f;
+    g[8] = static_cast<char>(g[8] + 1);  // payload size one more than sent
+    s = DecodeHandoff(AsBytes(g)).status();
+    EXPECT_TRUE(absl::IsDataLoss(s)) << name << " payload size: " << s;
+
+    // Random flips in the payload.
     for (int round = 0; round < 500; ++round) {
-      std::string g = f;
+      g = f;
       const int flips = 1 + static_cast<int>(rng() % 4);
-      for (int i = 0; i < flips; ++i) g[rng() % g.size()] = static_cast<char>(rng());
-      (void)DecodeHandoff(AsBytes(g));
+      for (int i = 0; i < flips; ++i) {
+        const size_t at = kHandoffFrameHeaderSize + rng() % (f.size() - kHandoffFrameHeaderSize);
+        g[at] = static_cast<char>(rng());
+      }
+      absl::StatusOr<HandoffMessage> d = DecodeHandoff(AsBytes(g));
+      if (d.ok()) {
+        ++accepted;
+        std::string again;
+        ASSERT_TRUE(EncodeHandoff(*d, &again).ok()) << name << " round " << round;
+        EXPECT_EQ(again, g) << name << " round " << round << ": accepted a non-canonical frame";
+      } else {
+        ++rejected;
+        EXPECT_TRUE(absl::IsDataLoss(d.status()) || absl::IsInvalidArgument(d.status()))
+            << name << " round " << round << ": " << d.status();
+        EXPECT_EQ(d.status().message().substr(0, 9), "handoff: ") << d.status();
+      }
     }
   }
+  // Both outcomes happened: the loop tested something either way.
+  EXPECT_GT(rejected, 100u);
+  EXPECT_GT(accepted, 0u);
 }
 
 }  // namespace
