@@ -210,18 +210,22 @@ absl::StatusOr<std::string> DefaultAdminSocketPath() {
 }
 
 absl::Status EnsureAdminSocketDir(const std::string& socket_path) {
-  const size_t slash = socket_path.rfind('/');
+  return EnsureNodeFileDir("--admin_socket", socket_path);
+}
+
+absl::Status EnsureNodeFileDir(const char* flag, const std::string& path) {
+  const size_t slash = path.rfind('/');
   const std::string dir = slash == std::string::npos ? std::string(".")
                           : slash == 0               ? std::string("/")
-                                                     : socket_path.substr(0, slash);
+                                                     : path.substr(0, slash);
   if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
     return absl::PermissionDeniedError(
-        absl::StrCat("--admin_socket ", socket_path, ": mkdir ", dir, ": ", strerror(errno)));
+        absl::StrCat(flag, " ", path, ": mkdir ", dir, ": ", strerror(errno)));
   }
   struct stat st {};
   if (lstat(dir.c_str(), &st) != 0) {
     return absl::PermissionDeniedError(
-        absl::StrCat("--admin_socket ", socket_path, ": stat ", dir, ": ", strerror(errno)));
+        absl::StrCat(flag, " ", path, ": stat ", dir, ": ", strerror(errno)));
   }
   const uid_t me = geteuid();
   std::string why;
@@ -233,10 +237,9 @@ absl::Status EnsureAdminSocketDir(const std::string& socket_path) {
     why = absl::StrFormat("has mode %04o: group/others have access", st.st_mode & 07777);
   }
   if (!why.empty()) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("--admin_socket ", socket_path, ": directory ", dir, " ", why,
-                     "; it must be a directory owned by uid ", me,
-                     " with mode 0700 (whoever can write it can replace the socket)"));
+    return absl::PermissionDeniedError(absl::StrCat(
+        flag, " ", path, ": directory ", dir, " ", why, "; it must be a directory owned by uid ",
+        me, " with mode 0700 (whoever can write it can replace the file)"));
   }
   return absl::OkStatus();
 }

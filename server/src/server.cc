@@ -10,12 +10,12 @@
 #include <sys/epoll.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -56,6 +56,61 @@ constexpr uint64_t kAdminBit = uint64_t{1} << 63;
 // much is queued for it.
 constexpr size_t kMaxControlOutBytes = 1 << 20;
 constexpr absl::Duration kAdminTimeout = absl::Seconds(5);
+
+// What is at --pid_file's name must be nothing or this uid's regular file: a
+// symbolic link is refused, not replaced or followed, and its target left
+// alone. (The directory is checked by EnsureNodeFileDir: only this uid can
+// add names to it.)
+absl::Status CheckPidFileName(const std::string& path) {
+  struct stat st {};
+  if (lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return absl::OkStatus();
+    return absl::InternalError(
+        absl::StrCat("--pid_file ", path, ": lstat: ", base::ErrnoText(errno)));
+  }
+  std::string why;
+  if (S_ISLNK(st.st_mode)) {
+    why = "is a symbolic link";
+  } else if (!S_ISREG(st.st_mode)) {
+    why = "is not a regular file";
+  } else if (st.st_uid != geteuid()) {
+    why = absl::StrCat("is owned by uid ", st.st_uid, ", not by this node's uid ", geteuid());
+  }
+  if (why.empty()) return absl::OkStatus();
+  return absl::PermissionDeniedError(
+      absl::StrCat("--pid_file ", path, " ", why, ": refusing to replace it"));
+}
+
+// Replaces `path` with this process's pid: a temporary file created with
+// O_CREAT | O_EXCL | O_NOFOLLOW next to it, renamed over the name, so that a
+// reader never sees it empty (an upgrade's new process replaces the old one's)
+// and nothing planted under the name is followed.
+absl::Status WritePidFile(const std::string& path) {
+  if (absl::Status s = CheckPidFileName(path); !s.ok()) return s;
+  // Left by a crashed process that had this pid: the directory is ours.
+  const std::string tmp = absl::StrCat(path, ".", getpid(), ".tmp");
+  (void)unlink(tmp.c_str());
+  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return absl::InternalError(
+        absl::StrCat("--pid_file ", path, ": create ", tmp, ": ", base::ErrnoText(errno)));
+  }
+  const std::string text = absl::StrCat(getpid(), "\n");
+  const ssize_t n = write(fd, text.data(), text.size());
+  const int write_err = errno;
+  if (close(fd) != 0 || n != static_cast<ssize_t>(text.size())) {
+    (void)unlink(tmp.c_str());
+    return absl::InternalError(absl::StrCat("--pid_file ", path, ": write ", tmp, ": ",
+                                            base::ErrnoText(n < 0 ? write_err : EIO)));
+  }
+  if (rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    (void)unlink(tmp.c_str());
+    return absl::InternalError(
+        absl::StrCat("--pid_file ", path, ": rename ", tmp, ": ", base::ErrnoText(err)));
+  }
+  return absl::OkStatus();
+}
 
 }  // namespace
 
@@ -311,6 +366,12 @@ absl::Status ServerImpl::InitSignalsAndAuth() {
     if (!t.ok()) return t.status();
     auth_token_ = std::move(*t);
   }
+  // Before anything is created: a pid file in a directory others can write
+  // could be replaced, or planted as a link to a file the node would clobber.
+  if (!opt_.pid_file.empty()) {
+    if (absl::Status s = EnsureNodeFileDir("--pid_file", opt_.pid_file); !s.ok()) return s;
+    if (absl::Status s = CheckPidFileName(opt_.pid_file); !s.ok()) return s;
+  }
   return absl::OkStatus();
 }
 
@@ -478,10 +539,7 @@ absl::Status ServerImpl::AddSocketsToEpoll() {
 absl::Status ServerImpl::WritePidFileAndLog() {
   const size_t pool_bytes = RpcPoolBytes(opt_.max_clients, opt_.rpc_credits);
   if (!opt_.pid_file.empty()) {
-    std::ofstream pf(opt_.pid_file, std::ios::trunc);
-    pf << getpid() << "\n";
-    if (!pf)
-      return absl::InternalError(absl::StrCat("--pid_file ", opt_.pid_file, ": write failed"));
+    if (absl::Status s = WritePidFile(opt_.pid_file); !s.ok()) return s;
   }
   LOG(INFO) << "kvnode generation " << opt_.generation << " (" << opt_.build_id << ") listening on "
             << listen_addr_ << ", admin socket " << admin_path_ << ", max_clients "

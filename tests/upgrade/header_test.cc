@@ -6,7 +6,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <functional>
+#include <string>
 
 namespace kvnode::upgrade {
 namespace {
@@ -183,6 +185,26 @@ TEST(HandoffHeader, SharedMemoryObject) {
 
   ASSERT_TRUE(RemoveHandoffHeader(name).ok());
   ASSERT_TRUE(RemoveHandoffHeader(name).ok());  // idempotent
+}
+
+// Something the node cannot open as its own header under the header's name (a
+// symbolic link here: any user can plant one, and shm_open does not follow
+// it): the refusal names the file and its owner instead of an EEXIST from the
+// exclusive create, and leaves it alone.
+TEST(HandoffHeader, SquattedNameIsRefusedNamingFileAndOwner) {
+  const std::string name = *HandoffHeaderShmName(UniqueName() + "-squat");
+  const std::string path = "/dev/shm" + name;
+  ASSERT_EQ(symlink("/nonexistent-kvnode-target", path.c_str()), 0) << strerror(errno);
+  const absl::Status s = WriteHandoffHeader(name, Sample());
+  EXPECT_TRUE(absl::IsPermissionDenied(s)) << s;
+  EXPECT_NE(s.message().find(path + " already exists as a symbolic link, owned by uid " +
+                             std::to_string(geteuid())),
+            std::string::npos)
+      << s;
+  struct stat st;
+  ASSERT_EQ(lstat(path.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISLNK(st.st_mode)) << "the squatting object must be left alone";
+  ASSERT_EQ(unlink(path.c_str()), 0);
 }
 
 // The "incompatible binary" test flag, through the object, as N would see it.

@@ -231,27 +231,61 @@ absl::StatusOr<std::string> HandoffHeaderShmName(std::string_view node_shm_name)
   return absl::StrCat("/", Av(node_shm_name), ".handoff");
 }
 
+namespace {
+
+// What is at the handoff header's name: NotFound when nothing, OK when a
+// regular object of this uid (a stale header of an upgrade that died, ours to
+// replace), otherwise the refusal. The name is predictable from --shm_name, so
+// any local user can create it first; the refusal names the file and its
+// owner, because nothing else tells the operator why every upgrade fails. The
+// object is opened with O_PATH | O_NOFOLLOW: neither a mode that denies us
+// reading nor a symbolic link hides its owner.
+absl::Status CheckExistingHandoffObject(const std::string& name) {
+  const std::string path = "/dev/shm" + name;
+  base::UniqueFd fd(open(path.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd.valid()) {
+    if (errno == ENOENT) return absl::NotFoundError(absl::StrCat("no ", path));
+    return ErrnoStatus(errno, absl::StrCat("handoff header: open ", path));
+  }
+  struct stat st;
+  if (fstat(fd.get(), &st) != 0) return ErrnoStatus(errno, absl::StrCat("fstat ", path));
+  const uid_t me = geteuid();
+  if (st.st_uid == me && S_ISREG(st.st_mode)) return absl::OkStatus();
+  return absl::PermissionDeniedError(absl::StrCat(
+      "handoff header: ", path, " already exists",
+      S_ISLNK(st.st_mode)   ? " as a symbolic link"
+      : S_ISREG(st.st_mode) ? ""
+                            : " and is not a regular file",
+      ", owned by uid ", st.st_uid, " (this node runs as uid ", me,
+      "): it blocks every live upgrade of this node; remove it (its owner or root can) or give "
+      "the node another --shm_name"));
+}
+
+}  // namespace
+
 absl::Status WriteHandoffHeader(std::string_view object_name, const HandoffHeader& h) {
   absl::StatusOr<std::string> bytes = EncodeHandoffHeader(h);
   if (!bytes.ok()) return bytes.status();
   const std::string name(object_name);
   // A stale object (an upgrade that died) is ours to replace; someone else's is not.
-  {
-    base::UniqueFd old(shm_open(name.c_str(), O_RDONLY | O_CLOEXEC, 0));
-    if (old.valid()) {
-      struct stat st;
-      if (fstat(old.get(), &st) != 0) return ErrnoStatus(errno, absl::StrCat("fstat ", name));
-      if (st.st_uid != geteuid()) {
-        return absl::PermissionDeniedError(
-            absl::StrCat("handoff header: ", name, " exists and belongs to uid ", st.st_uid));
-      }
-      if (shm_unlink(name.c_str()) != 0 && errno != ENOENT) {
-        return ErrnoStatus(errno, absl::StrCat("shm_unlink stale ", name));
-      }
+  if (absl::Status s = CheckExistingHandoffObject(name); s.ok()) {
+    if (shm_unlink(name.c_str()) != 0 && errno != ENOENT) {
+      return ErrnoStatus(errno, absl::StrCat("shm_unlink stale ", name));
     }
+  } else if (!absl::IsNotFound(s)) {
+    return s;
   }
   base::UniqueFd fd(shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
-  if (!fd.valid()) return ErrnoStatus(errno, absl::StrCat("shm_open(O_CREAT|O_EXCL) ", name));
+  if (!fd.valid()) {
+    const int err = errno;
+    // Created by someone else since the check: the same refusal.
+    if (err == EEXIST) {
+      if (absl::Status s = CheckExistingHandoffObject(name); !s.ok() && !absl::IsNotFound(s)) {
+        return s;
+      }
+    }
+    return ErrnoStatus(err, absl::StrCat("shm_open(O_CREAT|O_EXCL) ", name));
+  }
   auto fail = [&name](absl::Status s) {
     (void)shm_unlink(name.c_str());
     return s;

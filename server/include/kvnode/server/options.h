@@ -87,7 +87,9 @@ struct ServerOptions {
   // long before sleeping on the completion channel. Default 20.
   uint32_t spin_us = 20;
 
-  // --pid_file. Written after startup, removed at exit. Default "".
+  // --pid_file. Written after startup (replaced by rename, never through a
+  // symbolic link), removed at exit. Its directory must pass EnsureNodeFileDir.
+  // Default "".
   std::string pid_file = "";
   // --admin_socket. Unix socket for kvctl. Default "": /run/kvnode/admin.sock
   // if /run/kvnode can be used, else $XDG_RUNTIME_DIR/kvnode/admin.sock, else
@@ -125,6 +127,11 @@ enum class WindowMode { kAuto, kOn, kOff };
 // grants group/others any access. Whoever can write that directory could
 // replace the socket and impersonate the node to kvctl.
 [[nodiscard]] absl::Status EnsureAdminSocketDir(const std::string& socket_path);
+
+// The same check for any file the node creates by name (the admin socket, the
+// pid file), `flag` naming the option in the message: whoever can write the
+// directory could replace the file or plant a symbolic link under its name.
+[[nodiscard]] absl::Status EnsureNodeFileDir(const char* flag, const std::string& path);
 
 // Reads the auth token file; refuses a file that is group/world readable or
 // not a regular file. Trailing '\n'/'\r' are stripped. Empty token refused.
