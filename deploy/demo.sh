@@ -6,7 +6,11 @@
 # exit 0).
 #
 #   deploy/demo.sh                 everything, build in build/
-#   DEMO_DURATION=30 deploy/demo.sh   seconds of kvload (default 15)
+#   DEMO_DURATION=30 deploy/demo.sh   seconds of steady load around the
+#                                     upgrades (default 15; plus preload and
+#                                     upgrade time)
+#   DEMO_UPGRADES=N deploy/demo.sh    live upgrades in the run (default 3)
+#   DEMO_KEYS=N deploy/demo.sh        keys preloaded and used (default 10000)
 #   KVNODE_BUILD_DIR=DIR deploy/demo.sh   build (and run) in DIR instead
 #   deploy/demo.sh --no-build      skip install and build (binaries must exist)
 set -euo pipefail
@@ -49,11 +53,11 @@ if [[ $mode == --inner ]]; then
   ping_field() { kvctl --json ping | grep -o "\"$1\":[0-9]*" | cut -d: -f2; }
   gone() { [[ ! -e /proc/$1 ]] || grep -q '^State:[[:space:]]*Z' "/proc/$1/status"; }
   upgrades=${DEMO_UPGRADES:-3}
-  echo "== kvload: preload 10000 keys, then YCSB A with --verify (8 clients, depth 4);"
+  keys=${DEMO_KEYS:-10000}
+  echo "== kvload: preload $keys keys, then YCSB A with --verify (8 clients, depth 4);"
   echo "   $upgrades live upgrades (SIGUSR2) in the middle of the run"
-  t_base=$(date +%s%N)
   "$build/tools/kvload" --server "127.0.0.1:$port" --auth_token_file "$token" \
-    --workload A --keys 10000 --value_size 64 --clients 8 --threads 2 --depth 4 --preload \
+    --workload A --keys "$keys" --value_size 64 --clients 8 --threads 2 --depth 4 --preload \
     --duration 100000 --verify --ack_log "$dir/acks.log" --report "$dir/report.json" \
     --connect_timeout_ms 5000 --timeout_ms 30000 --progress=false >"$dir/kvload.log" 2>&1 &
   load_pid=$!
@@ -61,7 +65,18 @@ if [[ $mode == --inner ]]; then
     sleep 0.2 # polling a condition (kvload connected) under kvload's own deadline
     kill -0 "$load_pid" || { tail "$dir/kvload.log"; exit 1; }
   done
-  sleep "${DEMO_STEADY_S:-5}" # steady load before and between upgrades (the demo's pacing)
+  # kvload's timeline (and its operation counts) start when its preload ends,
+  # which it logs: the upgrades come after that, and their windows are placed
+  # on the timeline from that moment.
+  until grep -aq '^kvload: preloaded' "$dir/kvload.log"; do
+    sleep 0.05 # polling a condition (preload done) under kvload's own deadlines
+    kill -0 "$load_pid" || { tail "$dir/kvload.log"; exit 1; }
+  done
+  t_base=$(date +%s%N)
+  # Steady load before, between and after the upgrades fills DEMO_DURATION.
+  steady_ms=$((dur * 1000 / (upgrades + 1)))
+  steady=${DEMO_STEADY_S:-$((steady_ms / 1000)).$(printf %03d $((steady_ms % 1000)))}
+  sleep "$steady" # steady load before the first upgrade (the demo's pacing)
   windows=()
   for ((i = 1; i <= upgrades; i++)); do
     old=$(ping_field pid)
@@ -76,32 +91,37 @@ if [[ $mode == --inner ]]; then
     windows+=("$i $old $new $t0 $t1")
     echo "   upgrade $i: pid $old -> $new (generation $((gen + 1))), old process exited" \
       "$(((t1 - t0) / 1000000)) ms after the signal"
-    sleep "${DEMO_STEADY_S:-5}" # pacing between upgrades
+    sleep "$steady" # pacing between upgrades
   done
   node_pid=$(ping_field pid)
   kill -INT "$load_pid"
   rc=0
   wait "$load_pid" || rc=$?
   echo "== per upgrade (blackout = longest stretch without a completed operation, 10 ms slots)"
-  for w in "${windows[@]}"; do
-    python3 - "$dir/report.json" "$t_base" $w <<'PY'
+  # One python start for the whole summary (each costs seconds in the TCG
+  # guest). No backslash or reused quote inside an f-string's braces: Python
+  # 3.11 (Debian 12's) rejects both, and tests/deploy/python_syntax_test.py
+  # checks every embedded snippet for that.
+  python3 - "$dir/report.json" "$t_base" "${windows[@]}" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
-base = int(sys.argv[2]); i, old, new = sys.argv[3:6]; t0, t1 = int(sys.argv[6]), int(sys.argv[7])
-lo, hi = (t0 - base) / 1e6, (t1 - base) / 1e6 + 1000
-slot = r["timeline_slot_ms"]; gap = run = mx = 0.0
-for s in r["timeline"]:
-    if s["t_ms"] + slot < lo or s["t_ms"] > hi: continue
-    mx = max(mx, s["max_latency_us"]); run = run + slot if s["ops"] == 0 else 0.0; gap = max(gap, run)
-print(f"   upgrade {i}: blackout {gap:.0f} ms, max op latency {mx/1000:.1f} ms, "
-      f"failed ops {r['failed_ops']} (whole run), pid {old} -> {new}")
+base = int(sys.argv[2])
+slot = r["timeline_slot_ms"]
+for w in sys.argv[3:]:
+    i, old, new, t0, t1 = w.split()
+    lo, hi = (int(t0) - base) / 1e6, (int(t1) - base) / 1e6 + 1000
+    gap = run = mx = 0.0
+    for s in r["timeline"]:
+        if s["t_ms"] + slot < lo or s["t_ms"] > hi:
+            continue
+        mx = max(mx, s["max_latency_us"])
+        run = run + slot if s["ops"] == 0 else 0.0
+        gap = max(gap, run)
+    print(f"   upgrade {i}: blackout {gap:.0f} ms, max op latency {mx / 1000:.1f} ms, "
+          f"failed ops {r['failed_ops']} (whole run), pid {old} -> {new}")
+print(f"== kvload: {r['ops']} ops, failed {r['failed_ops']}, verify errors {r['verify_errors']}, "
+      f"stale reads {r['stale_reads']}, moves {r['client']['moves']}")
 PY
-  done
-  python3 -c '
-import json, sys
-r = json.load(open(sys.argv[1]))
-print(f"== kvload: {r[\"ops\"]} ops, failed {r[\"failed_ops\"]}, verify errors {r[\"verify_errors\"]}, "
-      f"stale reads {r[\"stale_reads\"]}, moves {r[\"client\"][\"moves\"]}")' "$dir/report.json"
   echo "== kvctl stats"
   kvctl stats
   echo "== stopping kvnode (SIGTERM to pid $node_pid)"

@@ -2,12 +2,13 @@
 # The test command: installs what the build needs, builds from scratch into
 # build/, runs the unit tests on the host and the device tests (ctest labels
 # rdma and e2e) on a real verbs device: natively when this host has an ACTIVE
-# one, otherwise inside deploy/rxe-vm (Soft-RoCE in a QEMU guest). Fails when
-# any device test was skipped instead of run.
+# one, otherwise inside deploy/rxe-vm (Soft-RoCE in a QEMU guest), then the
+# README's demo (deploy/demo.sh --no-build) the same way. Fails when any device
+# test was skipped instead of run, or when the demo fails.
 #
 #   deploy/test.sh            everything
 #   deploy/test.sh --unit     only the host unit tests
-#   KVNODE_TEST_FILTER=REGEX  only tests whose name matches (ctest -R)
+#   KVNODE_TEST_FILTER=REGEX  only tests whose name matches (ctest -R); no demo
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source deploy/lib.sh
@@ -58,6 +59,22 @@ if grep -q '(Skipped)' build/device.log; then
   echo "deploy/test.sh: device tests were skipped instead of run:"
   grep '(Skipped)' build/device.log
   exit 1
+fi
+
+# The README's run command, on the binaries just built (--no-build: no second
+# install or build), so that it cannot rot unseen. Shortened: 2000 keys, two
+# upgrades (the first from the demo's own child, the second from an upgraded
+# process), 6 s of steady load: ~2-3 min in the TCG guest, most of it the
+# upgrades themselves.
+if [[ -z ${KVNODE_TEST_FILTER:-} ]]; then
+  echo "== deploy/demo.sh --no-build (short: DEMO_KEYS=2000 DEMO_UPGRADES=2 DEMO_DURATION=6)"
+  rc=0
+  DEMO_KEYS=2000 DEMO_UPGRADES=2 DEMO_DURATION=6 RXE_VM_TIMEOUT=600 deploy/demo.sh --no-build ||
+    rc=$?
+  if ((rc != 0)); then
+    echo "deploy/test.sh: deploy/demo.sh failed (exit $rc)"
+    exit "$rc"
+  fi
 fi
 
 echo "== fuzzing (every libFuzzer target for a few seconds; clang build in build-fuzz/)"
