@@ -36,7 +36,6 @@ kv_log "baseline: $base_qp QPs, $base_mr MRs; starting kvload, then $n upgrades"
 
 acks="$KV_DIR/acks.log"
 report="$KV_DIR/report.json"
-t_base=$(date +%s%N)
 "$KV_KVLOAD" --server "$KV_ADDR" --auth_token_file "$KV_TOKEN" --workload A --clients 8 \
   --threads 4 --depth 4 --keys 2000 --value_size 64 --preload --duration 100000 --verify \
   --ack_log "$acks" --report "$report" --progress=false --connect_timeout_ms 5000 --timeout_ms "${KV_OP_TIMEOUT_MS:-30000}" \
@@ -44,7 +43,12 @@ t_base=$(date +%s%N)
 load_pid=$!
 clients_are() { [[ $(kv_stat clients) == "$1" ]]; }
 kv_wait_for 120 clients_are 8 || kv_fail "kvload's 8 clients did not connect"
-kv_stat_at_least ops_put 1 || kv_wait_for 60 kv_stat_at_least ops_put 1000 || kv_fail "no load"
+# kvload's timeline starts when its preload ends (it logs that line then): the
+# upgrade windows are placed on it from that moment, and come after it.
+preloaded() { grep -aq '^kvload: preloaded' "$KV_DIR/kvload.log"; }
+kv_wait_for 120 preloaded || kv_fail "kvload did not finish its preload within 120 s"
+t_base=$(kv_now_ns)
+kv_wait_for 60 kv_stat_at_least ops_put 2100 || kv_fail "no load after the 2000-key preload"
 
 windows=()
 for ((i = 1; i <= n; i++)); do
