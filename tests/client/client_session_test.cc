@@ -1,4 +1,4 @@
-// The pieces of libkvclient's session state machine (client/lib/session.cc)
+// The pieces of libkvclient's session state machine (client/src/session.cc)
 // that need no verbs device: state names and the non-blocking connect and
 // frame I/O it is built on. The handshake itself (Connect opens the device
 // before it dials) is tested against scripted peers in client_connect_test.
