@@ -7,10 +7,14 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <atomic>
 #include <bit>
+#include <boost/interprocess/indexes/iset_index.hpp>
 #include <boost/interprocess/managed_mapped_file.hpp>
 #include <boost/interprocess/managed_shared_memory.hpp>
+#include <boost/interprocess/mem_algo/rbtree_best_fit.hpp>
 #include <boost/interprocess/permissions.hpp>
+#include <boost/interprocess/sync/mutex_family.hpp>
 #include <cerrno>
 #include <cstddef>
 #include <cstring>
@@ -28,8 +32,14 @@ namespace bip = boost::interprocess;
 
 namespace {
 
-using SegmentManager = bip::managed_shared_memory::segment_manager;
-static_assert(std::is_same_v<SegmentManager, bip::managed_mapped_file::segment_manager>,
+// No process-shared mutex in the segment: one process writes the arena at a
+// time (the live-upgrade handoff passes that right from O to N), and a mutex
+// held by a process killed inside the allocator would never be released.
+using Allocator = bip::rbtree_best_fit<bip::null_mutex_family>;
+using ShmSegment = bip::basic_managed_shared_memory<char, Allocator, bip::iset_index>;
+using FileSegment = bip::basic_managed_mapped_file<char, Allocator, bip::iset_index>;
+using SegmentManager = ShmSegment::segment_manager;
+static_assert(std::is_same_v<SegmentManager, FileSegment::segment_manager>,
               "shared memory and mapped file arenas must share one allocator type");
 static_assert(std::is_trivially_copyable_v<ArenaHeader>);
 static_assert(sizeof(LimboEntry) == 32);
@@ -69,6 +79,29 @@ absl::StatusOr<uint64_t> SizeUnit(const ArenaOptions& o) {
 
 uint64_t RoundUp(uint64_t v, uint64_t unit) { return (v + unit - 1) / unit * unit; }
 
+// Where the Boost segment keeps things depends on the allocator type (its
+// mutex family above all), so a segment of another layout version must be
+// refused before Boost interprets it: Boost would read its own structures at
+// the wrong offsets. The header is the segment's first allocation, a few
+// hundred bytes in; find its magic and check the layout version that follows.
+absl::Status PrecheckLayout(int fd, const std::string& path) {
+  constexpr size_t kScan = 4096;
+  char buf[kScan];
+  const ssize_t n = pread(fd, buf, kScan, 0);
+  if (n < 0) return Errno(errno, absl::StrCat("read arena segment ", path));
+  for (size_t off = 0; off + 12 <= static_cast<size_t>(n); off += 8) {
+    if (LoadU64(buf + off) != kArenaMagic) continue;
+    const uint32_t version = LoadU32(buf + off + 8);
+    if (version == kLayoutVersion) return absl::OkStatus();
+    return absl::FailedPreconditionError(absl::StrCat("arena segment ", path, ": layout version ",
+                                                      version, ", this build uses ",
+                                                      kLayoutVersion));
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat("arena segment ", path, ": bad magic: no kvnode header where layout version ",
+                   kLayoutVersion, " puts it (not a kvnode arena, or another layout)"));
+}
+
 // Checks owner, mode and Boost's state word of an existing segment before
 // mapping it. NotFound when it does not exist.
 absl::Status PrecheckSegment(const ArenaOptions& o) {
@@ -102,6 +135,8 @@ absl::Status PrecheckSegment(const ArenaOptions& o) {
     status = absl::FailedPreconditionError(
         absl::StrCat("arena segment ", path, " is not an initialized segment (state word ", state,
                      "): not a kvnode arena, or its creation was interrupted"));
+  } else {
+    status = PrecheckLayout(fd, path);
   }
   close(fd);
   return status;
@@ -141,8 +176,8 @@ absl::Status ArenaOptions::Validate() const {
 }
 
 struct Arena::Impl {
-  std::unique_ptr<bip::managed_shared_memory> shm;
-  std::unique_ptr<bip::managed_mapped_file> file;
+  std::unique_ptr<ShmSegment> shm;
+  std::unique_ptr<FileSegment> file;
   SegmentManager* sm = nullptr;
   void* user_address = nullptr;
   uint64_t user_size = 0;
@@ -175,14 +210,14 @@ absl::StatusOr<std::unique_ptr<Arena>> Arena::Create(const ArenaOptions& options
   perm.set_permissions(0600);
   try {
     if (options.file_path.empty()) {
-      impl->shm = std::make_unique<bip::managed_shared_memory>(
-          bip::create_only, options.shm_name.c_str(), size, nullptr, perm);
+      impl->shm = std::make_unique<ShmSegment>(bip::create_only, options.shm_name.c_str(), size,
+                                               nullptr, perm);
       impl->sm = impl->shm->get_segment_manager();
       impl->user_address = impl->shm->get_address();
       impl->user_size = impl->shm->get_size();
     } else {
-      impl->file = std::make_unique<bip::managed_mapped_file>(
-          bip::create_only, options.file_path.c_str(), size, nullptr, perm);
+      impl->file = std::make_unique<FileSegment>(bip::create_only, options.file_path.c_str(), size,
+                                                 nullptr, perm);
       impl->sm = impl->file->get_segment_manager();
       impl->user_address = impl->file->get_address();
       impl->user_size = impl->file->get_size();
@@ -253,14 +288,12 @@ absl::StatusOr<std::unique_ptr<Arena>> Arena::Attach(const ArenaOptions& options
   auto impl = std::make_unique<Impl>();
   try {
     if (options.file_path.empty()) {
-      impl->shm =
-          std::make_unique<bip::managed_shared_memory>(bip::open_only, options.shm_name.c_str());
+      impl->shm = std::make_unique<ShmSegment>(bip::open_only, options.shm_name.c_str());
       impl->sm = impl->shm->get_segment_manager();
       impl->user_address = impl->shm->get_address();
       impl->user_size = impl->shm->get_size();
     } else {
-      impl->file =
-          std::make_unique<bip::managed_mapped_file>(bip::open_only, options.file_path.c_str());
+      impl->file = std::make_unique<FileSegment>(bip::open_only, options.file_path.c_str());
       impl->sm = impl->file->get_segment_manager();
       impl->user_address = impl->file->get_address();
       impl->user_size = impl->file->get_size();
@@ -343,12 +376,45 @@ absl::Status Arena::Bind(const ArenaOptions& options, bool created) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// Marks the header while the allocator runs (see ArenaHeader::heap_busy). The
+// fences keep the compiler from moving the allocator's stores across the
+// marks: only their order in memory matters to the process that looks after
+// a crash.
+class HeapBusy {
+ public:
+  explicit HeapBusy(ArenaHeader* h) : word_(h->heap_busy) {
+    word_.store(1, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+  }
+  ~HeapBusy() {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    word_.store(0, std::memory_order_relaxed);
+  }
+  HeapBusy(const HeapBusy&) = delete;
+  HeapBusy& operator=(const HeapBusy&) = delete;
+
+ private:
+  std::atomic_ref<uint64_t> word_;
+};
+
+}  // namespace
+
 uint64_t Arena::Allocate(uint64_t n, uint64_t align) {
+  HeapBusy busy(header_);
   void* p = impl_->sm->allocate_aligned(n, align, std::nothrow);
   return p == nullptr ? 0 : OffsetOf(p);
 }
 
-void Arena::Deallocate(uint64_t offset) { impl_->sm->deallocate(At(offset)); }
+void Arena::Deallocate(uint64_t offset) {
+  HeapBusy busy(header_);
+  impl_->sm->deallocate(At(offset));
+}
+
+bool Arena::HeapMayBeTorn() const {
+  return std::atomic_ref<uint64_t>(header_->heap_busy).load(std::memory_order_acquire) != 0;
+}
 
 uint64_t Arena::HeapFreeBytes() const { return impl_->sm->get_free_memory(); }
 

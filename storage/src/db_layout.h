@@ -23,6 +23,9 @@ namespace kvnode::storage::dblayout {
 inline constexpr char kMetaCf[] = "kvnode.meta";
 inline constexpr char kGenerationKey[] = "generation";
 inline constexpr char kLastVersionKey[] = "last_version";
+// Generation of the writer whose write is the latest in the database (written
+// with its first write): tells an old process whether a newer one wrote.
+inline constexpr char kWrittenGenerationKey[] = "written_generation";
 inline constexpr char kSidePrefix[] = "side/";  // + SideRecord::key (docs/format.md)
 inline constexpr size_t kVersionPrefix = 8;     // RocksDB value = u64 version + value bytes
 

@@ -23,7 +23,16 @@ using dblayout::kGenerationKey;
 using dblayout::kLastVersionKey;
 using dblayout::kSidePrefix;
 using dblayout::kVersionPrefix;
+using dblayout::kWrittenGenerationKey;
 using dblayout::U64;
+
+std::atomic<CrashPointHook> crash_point_hook{nullptr};
+
+void CrashPoint(const char* point) {
+  if (CrashPointHook hook = crash_point_hook.load(std::memory_order_relaxed); hook != nullptr) {
+    hook(point);
+  }
+}
 
 absl::Status CheckKey(std::string_view key) {
   if (key.empty()) return absl::InvalidArgumentError("empty key");
@@ -37,6 +46,8 @@ absl::Status CheckKey(std::string_view key) {
 std::atomic_ref<uint64_t> HeaderWord(uint64_t& field) { return std::atomic_ref<uint64_t>(field); }
 
 }  // namespace
+
+void SetCrashPointHookForTesting(CrashPointHook hook) { crash_point_hook.store(hook); }
 
 const char* OpenedAsName(Store::OpenedAs a) {
   switch (a) {
@@ -203,6 +214,8 @@ absl::Status Store::Claim() {
       FromRocks(db_->Put(wo, cfs_[1], kGenerationKey, U64(gen)), "record arena generation");
   if (!s.ok()) return s;
   HeaderWord(h->generation).store(gen, std::memory_order_release);
+  claimed_generation_ = gen;
+  generation_written_ = false;
   std::string v;
   rocksdb::Status rs = db_->Get(rocksdb::ReadOptions(), cfs_[1], kLastVersionKey, &v);
   if (rs.ok() && v.size() == 8) {
@@ -237,6 +250,8 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const StoreOptions& options) 
     const uint64_t gen = HeaderWord(const_cast<uint64_t&>(h->generation)).load();
     if (clean != 1) {
       why = "it was not shut down cleanly";
+    } else if ((*arena)->HeapMayBeTorn()) {
+      why = "a process died inside its heap allocator";
     } else if (gen != db_gen) {
       why = absl::StrCat("its generation ", gen, " is not the database's ", db_gen);
     } else {
@@ -276,6 +291,8 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const StoreOptions& options) 
     }
   } else if (absl::Status s = st.Claim(); !s.ok()) {
     return s;
+  } else if (absl::Status r = st.ReconcileIntent(); !r.ok()) {
+    return r;
   }
   LOG(INFO) << "store " << options.db_path << ": arena " << st.arena_->path() << " "
             << OpenedAsName(st.opened_as_) << ", generation " << st.arena_->header()->generation
@@ -316,7 +333,16 @@ absl::Status Store::OpenDb() {
         "arena ", arena_->path(), " has generation ", gen, " but database ", options_.db_path,
         " has ", db_gen, ": the arena does not reflect this database (use Open to rebuild)"));
   }
+  if (absl::Status s = CheckHeap(); !s.ok()) {
+    CloseRocksDb();
+    return s;
+  }
   if (absl::Status s = Claim(); !s.ok()) {
+    CloseRocksDb();
+    return s;
+  }
+  // The previous writer may have died between RocksDB and the arena.
+  if (absl::Status s = ReconcileIntent(); !s.ok()) {
     CloseRocksDb();
     return s;
   }
@@ -349,11 +375,100 @@ absl::Status Store::ReopenDbAfterFailedHandoff() {
   absl::MutexLock d(&db_mu_);
   absl::StatusOr<uint64_t> db_gen = OpenRocksDbAgain();
   if (!db_gen.ok()) return db_gen.status();
-  if (*db_gen != HeaderWord(arena_->header()->generation).load()) {
-    CloseRocksDb();
-    return absl::FailedPreconditionError(
-        "another process took over the database since the handoff; not resuming");
+  if (*db_gen != claimed_generation_) {
+    // Another process claimed the database after this one. If it wrote, it
+    // may have acknowledged those writes (and its clients' dedupe state is not
+    // ours): resuming could contradict them. Its first write records its
+    // generation in the same batch, so no record means no write.
+    std::string v;
+    rocksdb::Status rs = db_->Get(rocksdb::ReadOptions(), cfs_[1], kWrittenGenerationKey, &v);
+    if (!rs.ok() && !rs.IsNotFound()) {
+      CloseRocksDb();
+      return FromRocks(rs, "read the written generation");
+    }
+    const uint64_t written = rs.ok() && v.size() == 8 ? LoadU64(v.data()) : 0;
+    if (written > claimed_generation_) {
+      CloseRocksDb();
+      return absl::FailedPreconditionError(
+          absl::StrCat("another process claimed the database since the handoff (generation ",
+                       *db_gen, ", ours ", claimed_generation_, ") and wrote to it (generation ",
+                       written, "): it may have acknowledged writes; not resuming"));
+    }
+    LOG(WARNING) << "store " << options_.db_path << ": generation " << *db_gen
+                 << " was claimed after ours (" << claimed_generation_
+                 << ") but never wrote; taking the database back";
   }
+  if (absl::Status s = CheckHeap(); !s.ok()) {
+    CloseRocksDb();
+    return s;
+  }
+  // A new generation, and the version counter as the database has it.
+  if (absl::Status s = Claim(); !s.ok()) {
+    CloseRocksDb();
+    return s;
+  }
+  if (absl::Status s = ReconcileIntent(); !s.ok()) {
+    CloseRocksDb();
+    return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Store::CheckHeap() const {
+  if (!arena_->HeapMayBeTorn()) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat("arena ", arena_->path(),
+                   ": a process died inside its heap allocator, whose state cannot be trusted; "
+                   "a cold start rebuilds the arena from ",
+                   options_.db_path));
+}
+
+absl::Status Store::BeginIntent(std::string_view key, bool existed) {
+  if (absl::Status s = ReconcileIntent(); !s.ok()) return s;
+  WriteIntent& in = arena_->header()->intent;
+  std::memcpy(in.key, key.data(), key.size());
+  in.key_len = key.size();
+  in.existed = existed ? 1 : 0;
+  // Release: whoever finds the state set after this process died (SIGKILL
+  // leaves every store already made in the shared mapping) finds the key too.
+  // The RocksDB write that follows is a system call, after this store.
+  HeaderWord(in.state).store(kIntentPending, std::memory_order_release);
+  return absl::OkStatus();
+}
+
+void Store::EndIntent() {
+  // Release: the publication's stores are in the mapping before the clear.
+  HeaderWord(arena_->header()->intent.state).store(0, std::memory_order_release);
+}
+
+absl::Status Store::ReconcileIntent() {
+  WriteIntent& in = arena_->header()->intent;
+  if (HeaderWord(in.state).load(std::memory_order_acquire) == 0) return absl::OkStatus();
+  const uint64_t len = in.key_len;
+  if (len == 0 || len > kMaxKeySize) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "arena ", arena_->path(), ": a pending write intent with a key of ", len,
+        " bytes: the arena cannot be trusted; a cold start rebuilds it from ", options_.db_path));
+  }
+  const std::string key(in.key, len);
+  GetResult cur;
+  absl::StatusOr<bool> has = ReadFromDb(key, &cur);
+  if (!has.ok()) return has.status();
+  {
+    absl::MutexLock a(&arena_mu_);
+    if (*has) {
+      // A publication cut short may already have made the key resident (and
+      // counted it).
+      const bool existed = in.existed != 0 || index_->Find(key).resident_slot != 0;
+      index_->Upsert(key, cur.value, cur.version, existed, /*allow_evict=*/true);
+    } else {
+      index_->Remove(key, in.existed != 0);
+    }
+  }
+  EndIntent();
+  LOG(WARNING) << "arena " << arena_->path() << ": republished a key (" << len
+               << " bytes) whose write was interrupted between RocksDB and the arena: "
+               << (*has ? absl::StrCat("version ", cur.version) : std::string("absent"));
   return absl::OkStatus();
 }
 
@@ -425,17 +540,28 @@ absl::StatusOr<uint64_t> Store::Put(std::string_view key, std::string_view value
   rocksdb::WriteBatch batch;
   batch.Put(cfs_[0], rocksdb::Slice(key.data(), key.size()), record);
   batch.Put(cfs_[1], kLastVersionKey, U64(version));
+  if (!generation_written_) batch.Put(cfs_[1], kWrittenGenerationKey, U64(claimed_generation_));
   if (side != nullptr) {
     batch.Put(cfs_[1], absl::StrCat(kSidePrefix, side->key), side->value({version, existed}));
   }
   rocksdb::WriteOptions wo;
   wo.sync = options_.sync_writes;
-  if (absl::Status s = FromRocks(db_->Write(wo, &batch), "put"); !s.ok()) return s;
+  if (absl::Status s = BeginIntent(key, existed); !s.ok()) return s;
+  CrashPoint("write.before_db");
+  if (absl::Status s = FromRocks(db_->Write(wo, &batch), "put"); !s.ok()) {
+    // The write may still have reached the WAL: show what RocksDB holds.
+    if (absl::Status r = ReconcileIntent(); !r.ok()) LOG(ERROR) << "after a failed put: " << r;
+    return s;
+  }
+  CrashPoint("write.after_db");
   last_version_ = version;
+  generation_written_ = true;
   {
     absl::MutexLock a(&arena_mu_);
     index_->Upsert(key, value, version, existed, /*allow_evict=*/true);
   }
+  CrashPoint("write.after_publish");
+  EndIntent();
   puts_.fetch_add(1, std::memory_order_relaxed);
   return version;
 }
@@ -449,16 +575,26 @@ absl::Status Store::Delete(std::string_view key, const SideRecord* side) {
   const bool existed = *has;
   rocksdb::WriteBatch batch;
   batch.Delete(cfs_[0], rocksdb::Slice(key.data(), key.size()));
+  if (!generation_written_) batch.Put(cfs_[1], kWrittenGenerationKey, U64(claimed_generation_));
   if (side != nullptr) {
     batch.Put(cfs_[1], absl::StrCat(kSidePrefix, side->key), side->value({0, existed}));
   }
   rocksdb::WriteOptions wo;
   wo.sync = options_.sync_writes;
-  if (absl::Status s = FromRocks(db_->Write(wo, &batch), "delete"); !s.ok()) return s;
+  if (absl::Status s = BeginIntent(key, existed); !s.ok()) return s;
+  CrashPoint("write.before_db");
+  if (absl::Status s = FromRocks(db_->Write(wo, &batch), "delete"); !s.ok()) {
+    if (absl::Status r = ReconcileIntent(); !r.ok()) LOG(ERROR) << "after a failed delete: " << r;
+    return s;
+  }
+  CrashPoint("write.after_db");
+  generation_written_ = true;
   {
     absl::MutexLock a(&arena_mu_);
     index_->Remove(key, existed);
   }
+  CrashPoint("write.after_publish");
+  EndIntent();
   deletes_.fetch_add(1, std::memory_order_relaxed);
   return absl::OkStatus();
 }
@@ -554,12 +690,17 @@ void Store::Promote(std::string_view key) {
       const IndexWriter::Probe p = index_->Find(key);
       GetResult cur;
       absl::StatusOr<bool> has = p.resident_slot == 0 ? ReadFromDb(key, &cur) : false;
-      if (has.ok() && *has) {
-        absl::MutexLock a(&arena_mu_);
-        if (index_->Upsert(key, cur.value, cur.version, /*existed=*/true, /*allow_evict=*/true) ==
-            IndexWriter::Placement::kResident) {
-          promotions_.fetch_add(1, std::memory_order_relaxed);
+      // The intent covers a promotion cut short too (its publication may be
+      // half done when the process dies).
+      if (has.ok() && *has && BeginIntent(key, /*existed=*/true).ok()) {
+        {
+          absl::MutexLock a(&arena_mu_);
+          if (index_->Upsert(key, cur.value, cur.version, /*existed=*/true,
+                             /*allow_evict=*/true) == IndexWriter::Placement::kResident) {
+            promotions_.fetch_add(1, std::memory_order_relaxed);
+          }
         }
+        EndIntent();
       }
     }
   }

@@ -7,7 +7,12 @@
 //
 // Thread safety: an Arena is mutated by a single writer at a time (the Store's
 // write path, or during a live upgrade the process that owns RocksDB). Any
-// number of processes may map it and read it.
+// number of processes may map it and read it. That exclusivity is the whole
+// protocol: the segment has no cross-process lock (Boost's null_mutex_family),
+// because a lock held by a process killed inside the allocator would stay
+// locked and block the next writer forever. What a killed writer can leave
+// behind instead is recorded in the header (heap_busy, intent) for whoever
+// becomes the writer next.
 #ifndef KVNODE_STORAGE_ARENA_H_
 #define KVNODE_STORAGE_ARENA_H_
 
@@ -24,6 +29,20 @@ namespace kvnode::storage {
 inline constexpr uint64_t kArenaMagic = 0x414e455241564b4bULL;  // "KKVARENA"
 // Name of the header object inside the Boost segment.
 inline constexpr char kArenaHeaderName[] = "kvnode.arena.header";
+
+// A write between RocksDB and the arena (Store::Put/Delete/promotion): set
+// before RocksDB is written, cleared after the arena is updated. A writer
+// killed in between leaves it set, and the next writer re-reads the key from
+// RocksDB and republishes it (Store reconciles it when it becomes the writer).
+// One slot: writes are applied one at a time.
+struct WriteIntent {
+  uint64_t state;    // 0 none; kIntentPending: key_len/existed/key are valid
+  uint64_t key_len;  // 1..kMaxKeySize
+  uint64_t existed;  // 1: the key existed before the write (the index's count)
+  uint64_t reserved;
+  char key[kMaxKeySize];
+};
+inline constexpr uint64_t kIntentPending = 1;
 
 // Lives inside the segment. The first block is written once at creation and
 // covered by header_checksum; the second is written by the single writer with
@@ -58,7 +77,12 @@ struct ArenaHeader {
   uint64_t lossy_buckets;
   uint64_t heap_bytes;    // bytes of live objects in the heap
   uint64_t inline_bytes;  // bytes of live objects inline in buckets
-  uint64_t reserved[8];
+  // 1 while the writer is inside the heap allocator: a writer killed there may
+  // have left the allocator's free lists half-updated, so the heap (and with
+  // it the arena) cannot be trusted and must be rebuilt from RocksDB.
+  uint64_t heap_busy;
+  uint64_t reserved[7];
+  WriteIntent intent;
 };
 
 // One retired allocation waiting for its grace period (limbo ring entry).
@@ -123,6 +147,8 @@ class Arena {
   uint64_t Allocate(uint64_t n, uint64_t align);
   void Deallocate(uint64_t offset);
   uint64_t HeapFreeBytes() const;
+  // A writer died inside Allocate/Deallocate (see ArenaHeader::heap_busy).
+  bool HeapMayBeTorn() const;
 
   template <typename T = char>
   T* At(uint64_t offset) const {

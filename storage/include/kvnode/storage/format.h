@@ -23,7 +23,9 @@ namespace kvnode::storage {
 
 // Version of everything in this file and of the arena header. A process that
 // finds another version in a segment or a geometry refuses it.
-inline constexpr uint32_t kLayoutVersion = 1;
+// 2: the segment has no process-shared mutex (null_mutex_family), and the
+// header has heap_busy and the write intent.
+inline constexpr uint32_t kLayoutVersion = 2;
 
 // ---------------------------------------------------------------------------
 // Geometry: what a remote reader needs to compute where to READ.

@@ -24,8 +24,15 @@
 //                            stays mapped, readable and NOT marked clean or lost
 //   N: OpenDb()              opens RocksDB, checks the generations agree, and
 //                            becomes the writer
-//   O: destroys its Store    (unmaps only). On a failed handoff, before N opened
-//                            the DB: O: ReopenDbAfterFailedHandoff().
+//   O: destroys its Store    (unmaps only). On a failed handoff, once N is dead
+//                            (fenced): O: ReopenDbAfterFailedHandoff(), which
+//                            refuses when N may have acknowledged a write.
+// Crash of a writer at any point of a write: the arena's write intent names
+// the key (arena.h); whoever becomes the writer next (OpenDb, the reopen after
+// a failed handoff, Open of a clean arena) re-reads that key from RocksDB and
+// republishes it, so every reader sees what RocksDB holds. A writer killed
+// inside the heap allocator leaves an arena that OpenDb refuses (only a cold
+// Open, which rebuilds it, can use the database then).
 #ifndef KVNODE_STORAGE_STORE_H_
 #define KVNODE_STORAGE_STORE_H_
 
@@ -153,7 +160,12 @@ class Store {
   // closes RocksDB without a flush (FlushDb before, while writes flow; the
   // rest is in the WAL). The arena stays mapped and readable.
   [[nodiscard]] absl::Status CloseDbForHandoff();
-  // Old side, after a handoff that failed before the new side opened the DB.
+  // Old side, after a failed handoff, with the new side dead. Opens RocksDB
+  // again and becomes the writer under a new generation, with the version
+  // counter reloaded. Refuses (FailedPrecondition, database closed again)
+  // when another process claimed the database and wrote to it since this one
+  // did (it may have acknowledged those writes), or when the arena's heap was
+  // left torn: the caller must then not resume writes.
   [[nodiscard]] absl::Status ReopenDbAfterFailedHandoff();
   // Clean shutdown: closes RocksDB, then marks the arena clean.
   [[nodiscard]] absl::Status Close();
@@ -202,6 +214,14 @@ class Store {
   absl::StatusOr<uint64_t> OpenRocksDbAgain() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_, db_mu_);
   absl::Status Rebuild() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_, db_mu_);
   absl::Status Claim() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_, db_mu_);
+  // Write intent (arena.h): Begin reconciles a pending one first.
+  absl::Status BeginIntent(std::string_view key, bool existed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_) ABSL_SHARED_LOCKS_REQUIRED(db_mu_);
+  void EndIntent() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
+  absl::Status ReconcileIntent() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_)
+      ABSL_SHARED_LOCKS_REQUIRED(db_mu_);
+  // FailedPrecondition when a writer died inside the heap allocator.
+  absl::Status CheckHeap() const;
   absl::StatusOr<bool> DbContains(std::string_view key) ABSL_SHARED_LOCKS_REQUIRED(db_mu_);
   absl::StatusOr<bool> ExistsForWrite(std::string_view key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_)
       ABSL_SHARED_LOCKS_REQUIRED(db_mu_);
@@ -219,6 +239,10 @@ class Store {
   rocksdb::DB* db_ ABSL_GUARDED_BY(db_mu_) = nullptr;
   std::vector<rocksdb::ColumnFamilyHandle*> cfs_ ABSL_GUARDED_BY(db_mu_);  // data, meta
   uint64_t last_version_ ABSL_GUARDED_BY(write_mu_) = 0;
+  // The generation this process claimed (0: none), and whether a write under
+  // it is in RocksDB yet (the first one records it: kWrittenGenerationKey).
+  uint64_t claimed_generation_ ABSL_GUARDED_BY(write_mu_) = 0;
+  bool generation_written_ ABSL_GUARDED_BY(write_mu_) = false;
   bool closed_ ABSL_GUARDED_BY(write_mu_) = false;
   OpenedAs opened_as_ = OpenedAs::kCreated;
   uint64_t rebuilt_keys_ = 0;
@@ -227,6 +251,14 @@ class Store {
 };
 
 const char* OpenedAsName(Store::OpenedAs a);
+
+// Test seam: called with the name of each crash point of a write, on the
+// writer thread with the write lock held: "write.before_db" (intent recorded,
+// RocksDB not written), "write.after_db" (RocksDB written, arena not yet),
+// "write.after_publish" (arena updated, intent not yet cleared). nullptr (the
+// default): none. Crash tests kill the process there.
+using CrashPointHook = void (*)(const char* point);
+void SetCrashPointHookForTesting(CrashPointHook hook);
 
 }  // namespace kvnode::storage
 

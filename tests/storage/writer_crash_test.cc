@@ -1,0 +1,343 @@
+// A writer process killed in the middle of its work, then another process
+// taking over the store, with real processes (child_process.h):
+//  - a write killed between RocksDB and the arena: after the takeover every
+//    reader (the remote read path) sees what RocksDB holds;
+//  - a process killed inside the segment's allocator (or while holding what
+//    used to be its lock): the next writer never blocks;
+//  - a failed handoff whose new side claimed the database and died: the old
+//    side resumes only when the new one wrote nothing, and never reuses a
+//    version.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "child_process.h"
+#include "kvnode/storage/arena.h"
+#include "kvnode/storage/read_path.h"
+#include "kvnode/storage/store.h"
+#include "rocksdb/db.h"
+#include "test_util.h"
+
+namespace kvnode::storage {
+namespace {
+
+using testing::TempStore;
+
+constexpr int kSeedKeys = 10;
+std::string Key(int i) { return "key-" + std::to_string(i); }
+std::string OldValue(int i) { return "old-" + std::to_string(i) + std::string(i * 40, 'o'); }
+
+StoreOptions ChildOptions() {
+  StoreOptions o;
+  o.db_path = testing::Env("KVNODE_WC_DB");
+  o.shm_name = testing::Env("KVNODE_WC_SHM");
+  o.arena_size = 8 << 20;
+  o.sync_writes = true;
+  return o;
+}
+
+std::map<std::string, std::string> ChildEnv(const TempStore& t,
+                                            std::map<std::string, std::string> more = {}) {
+  more["KVNODE_WC_DB"] = t.options.db_path;
+  more["KVNODE_WC_SHM"] = t.options.shm_name;
+  return more;
+}
+
+// Runs one child test to its end, or kills it at the deadline: -2 then.
+int RunChild(const std::string& test, const std::map<std::string, std::string>& env,
+             std::chrono::seconds limit) {
+  const pid_t pid = testing::SpawnTest(test, env);
+  if (pid <= 0) return -1;
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  for (;;) {
+    int status = 0;
+    const pid_t r = waitpid(pid, &status, WNOHANG);
+    if (r == pid) {
+      if (WIFEXITED(status)) return WEXITSTATUS(status);
+      if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+      return -1;
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      kill(pid, SIGKILL);
+      testing::WaitChild(pid);
+      return -2;
+    }
+    const timespec pause{0, 5'000'000};
+    nanosleep(&pause, nullptr);  // polling the child's exit, not synchronising
+  }
+}
+
+// What a remote client reads for `key`: the arena through the read path, and
+// the server (Store::Get) when the read path says to ask it.
+std::optional<std::string> RemoteGet(Store& s, const std::string& key) {
+  const Geometry& g = s.geometry();
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    ReadStep step = FirstRead(g, key);
+    ReadResult r;
+    std::string holder;
+    do {
+      holder.assign(s.arena_base() + step.offset, step.length);
+      r = Decode(g, key, step, holder);
+      step = r.next;
+    } while (r.outcome == ReadResult::Outcome::kNext);
+    if (r.outcome == ReadResult::Outcome::kFound) return std::string(r.value);
+    if (r.outcome == ReadResult::Outcome::kNotFound) return std::nullopt;
+    if (r.outcome == ReadResult::Outcome::kSlowPath) break;
+  }
+  auto got = s.Get(key);
+  if (absl::IsNotFound(got.status())) return std::nullopt;
+  EXPECT_TRUE(got.ok()) << key << ": " << got.status();
+  return got.ok() ? std::optional<std::string>(got->value) : std::nullopt;
+}
+
+// RocksDB's own answer, read-only beside the process that has it open.
+std::map<std::string, std::string> DbContents(const std::string& path) {
+  rocksdb::DBOptions dbo;
+  std::vector<rocksdb::ColumnFamilyDescriptor> cfs = {
+      {rocksdb::kDefaultColumnFamilyName, rocksdb::ColumnFamilyOptions()},
+      {"kvnode.meta", rocksdb::ColumnFamilyOptions()}};
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  rocksdb::DB* raw = nullptr;
+  rocksdb::Status st = rocksdb::DB::OpenForReadOnly(dbo, path, cfs, &handles, &raw);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  std::map<std::string, std::string> out;
+  if (!st.ok()) return out;
+  std::unique_ptr<rocksdb::DB> db(raw);
+  std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions(), handles[0]));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    out[it->key().ToString()] = it->value().ToString().substr(8);  // u64 version prefix
+  }
+  for (auto* h : handles) (void)db->DestroyColumnFamilyHandle(h);
+  return out;
+}
+
+void DieAt(const char* point) {
+  const char* want = std::getenv("KVNODE_WC_POINT");
+  if (want != nullptr && std::strcmp(point, want) == 0) kill(getpid(), SIGKILL);
+}
+
+// The old process: re-attaches the clean arena, then does one write and is
+// killed at KVNODE_WC_POINT inside it.
+TEST(WriterCrashChild, WriteAndDie) {
+  if (testing::Env("KVNODE_WC_DB") == nullptr) GTEST_SKIP() << "runs only as a child";
+  auto s = Store::Open(ChildOptions());
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_EQ((*s)->opened_as(), Store::OpenedAs::kReattached);
+  SetCrashPointHookForTesting(&DieAt);
+  const std::string op = testing::Env("KVNODE_WC_OP");
+  if (op == "overwrite") {
+    ASSERT_TRUE((*s)->Put(Key(3), "new-3").ok());
+  } else if (op == "create") {
+    ASSERT_TRUE((*s)->Put("key-new", std::string(700, 'n')).ok());
+  } else {
+    ASSERT_TRUE((*s)->Delete(Key(5)).ok());
+  }
+  FAIL() << "not killed at " << testing::Env("KVNODE_WC_POINT");
+}
+
+TEST(WriterCrashTest, WriteKilledBetweenRocksDbAndArenaIsRepublishedAtTakeover) {
+  for (const char* point : {"write.after_db", "write.before_db", "write.after_publish"}) {
+    for (const char* op : {"overwrite", "create", "delete"}) {
+      SCOPED_TRACE(std::string(point) + " " + op);
+      TempStore t;
+      t.options.sync_writes = true;
+      {
+        auto s = Store::Open(t.options);
+        ASSERT_TRUE(s.ok()) << s.status();
+        for (int i = 0; i < kSeedKeys; ++i) ASSERT_TRUE((*s)->Put(Key(i), OldValue(i)).ok());
+        ASSERT_TRUE((*s)->Close().ok());
+      }
+      ASSERT_EQ(RunChild("WriterCrashChild.WriteAndDie",
+                         ChildEnv(t, {{"KVNODE_WC_POINT", point}, {"KVNODE_WC_OP", op}}),
+                         std::chrono::seconds(60)),
+                128 + SIGKILL);
+      // The new process alone (its old process died before HandOver).
+      auto n = Store::AttachLive(t.options);
+      ASSERT_TRUE(n.ok()) << n.status();
+      ASSERT_TRUE((*n)->OpenDb().ok());
+      const std::map<std::string, std::string> db = DbContents(t.options.db_path);
+      const bool applied = std::string(point) != "write.before_db";
+      EXPECT_EQ(db.count("key-new"), applied && std::string(op) == "create" ? 1u : 0u);
+      EXPECT_EQ(db.count(Key(5)), applied && std::string(op) == "delete" ? 0u : 1u);
+      std::vector<std::string> keys = {"key-new"};
+      for (int i = 0; i < kSeedKeys; ++i) keys.push_back(Key(i));
+      for (const std::string& key : keys) {
+        const auto it = db.find(key);
+        const std::optional<std::string> want =
+            it == db.end() ? std::nullopt : std::optional<std::string>(it->second);
+        EXPECT_EQ(RemoteGet(**n, key), want) << key;
+      }
+      ASSERT_TRUE((*n)->Close().ok());
+    }
+  }
+}
+
+// --- a process killed inside the allocator ---------------------------------
+
+// Loops on the heap allocator of the arena (as a writer's publication does),
+// saying once that it runs, until it is killed.
+TEST(WriterCrashChild, AllocateForever) {
+  if (testing::Env("KVNODE_WC_DB") == nullptr) GTEST_SKIP() << "runs only as a child";
+  auto a = Arena::Attach(ChildOptions().arena_options());
+  ASSERT_TRUE(a.ok()) << a.status();
+  std::vector<uint64_t> held;
+  for (uint64_t i = 0;; ++i) {
+    if (i == 1000) std::ofstream(testing::Env("KVNODE_WC_READY")) << "ready\n";
+    for (int k = 0; k < 32; ++k) {
+      const uint64_t off = (*a)->Allocate(64 + (i * 7 + k * 13) % 2000, 8);
+      if (off != 0) held.push_back(off);
+    }
+    for (uint64_t off : held) (*a)->Deallocate(off);
+    held.clear();
+  }
+}
+
+// The next writer: takes over (live path), or, when the arena cannot be
+// trusted, starts cold (rebuild); then writes values that live in the heap.
+TEST(WriterCrashChild, TakeOverAndWrite) {
+  if (testing::Env("KVNODE_WC_DB") == nullptr) GTEST_SKIP() << "runs only as a child";
+  std::unique_ptr<Store> s;
+  auto live = Store::AttachLive(ChildOptions());
+  ASSERT_TRUE(live.ok()) << live.status();
+  if (absl::Status st = (*live)->OpenDb(); st.ok()) {
+    s = std::move(*live);
+  } else {
+    ASSERT_TRUE(absl::IsFailedPrecondition(st)) << st;
+    EXPECT_NE(st.message().find("heap allocator"), std::string::npos) << st;
+    live = absl::StatusOr<std::unique_ptr<Store>>();
+    auto cold = Store::Open(ChildOptions());
+    ASSERT_TRUE(cold.ok()) << cold.status();
+    EXPECT_EQ((*cold)->opened_as(), Store::OpenedAs::kRebuilt);
+    s = std::move(*cold);
+  }
+  for (int i = 0; i < 50; ++i) {
+    const std::string v(300 + i * 50, static_cast<char>('a' + i % 26));
+    ASSERT_TRUE(s->Put(Key(i), v).ok());
+    EXPECT_EQ(RemoteGet(*s, Key(i)), v);
+  }
+  ASSERT_TRUE(s->Close().ok());
+}
+
+bool WaitForFile(const std::string& path, std::chrono::seconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (access(path.c_str(), F_OK) != 0) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    const timespec pause{0, 1'000'000};
+    nanosleep(&pause, nullptr);  // polling a condition, not synchronising
+  }
+  return true;
+}
+
+// Starts `child`, waits until it runs its loop, kills it after a random
+// moment; returns whether the arena says it died inside the allocator.
+bool KillInLoop(const TempStore& t, const std::string& child, std::mt19937& rng) {
+  const std::string ready = (t.dir() / "ready").string();
+  unlink(ready.c_str());
+  const pid_t pid = testing::SpawnTest(child, ChildEnv(t, {{"KVNODE_WC_READY", ready}}));
+  EXPECT_GT(pid, 0);
+  EXPECT_TRUE(WaitForFile(ready, std::chrono::seconds(60))) << child << " did not start";
+  const timespec pause{0, std::uniform_int_distribution<long>(0, 3'000'000)(rng)};
+  nanosleep(&pause, nullptr);  // a random kill moment
+  EXPECT_EQ(kill(pid, SIGKILL), 0);
+  EXPECT_EQ(testing::WaitChild(pid), 128 + SIGKILL);
+  auto a = Arena::Attach(t.options.arena_options());
+  EXPECT_TRUE(a.ok()) << a.status();
+  return a.ok() && (*a)->HeapMayBeTorn();
+}
+
+TEST(WriterCrashTest, ProcessKilledInsideTheAllocatorDoesNotBlockTheNextWriter) {
+  const uint32_t seed = std::random_device{}();
+  std::cerr << "seed " << seed << "\n";
+  std::mt19937 rng(seed);
+  TempStore t;
+  t.options.sync_writes = false;
+  {
+    auto s = Store::Open(t.options);
+    ASSERT_TRUE(s.ok()) << s.status();
+    ASSERT_TRUE((*s)->Close().ok());
+  }
+  // A writer killed at random inside Allocate/Deallocate.
+  int torn = 0;
+  for (int round = 0; round < 8; ++round) {
+    SCOPED_TRACE("writer round " + std::to_string(round));
+    if (KillInLoop(t, "WriterCrashChild.AllocateForever", rng)) ++torn;
+    ASSERT_EQ(RunChild("WriterCrashChild.TakeOverAndWrite", ChildEnv(t), std::chrono::seconds(20)),
+              0)
+        << "the next writer did not finish (-2: blocked past the deadline, 128+N: signal N)";
+  }
+  // Proof that the kills did land inside the allocator (else this tested nothing).
+  std::cerr << torn << " of 8 writers were killed inside the allocator\n";
+  EXPECT_GT(torn, 0);
+}
+
+// --- a failed handoff whose new side claimed the database ------------------
+
+// The new process of a live upgrade: attaches, opens the database (its
+// claim), writes if KVNODE_WC_WRITE=1, and is killed.
+TEST(WriterCrashChild, ClaimAndDie) {
+  if (testing::Env("KVNODE_WC_DB") == nullptr) GTEST_SKIP() << "runs only as a child";
+  auto n = Store::AttachLive(ChildOptions());
+  ASSERT_TRUE(n.ok()) << n.status();
+  ASSERT_TRUE((*n)->OpenDb().ok());
+  if (std::string(testing::Env("KVNODE_WC_WRITE")) == "1") {
+    ASSERT_TRUE((*n)->Put("from-new", "acknowledged by the new process").ok());
+  }
+  kill(getpid(), SIGKILL);
+}
+
+TEST(WriterCrashTest, RollbackResumesOnlyIfTheNewSideNeverWrote) {
+  for (const bool n_wrote : {false, true}) {
+    SCOPED_TRACE(n_wrote ? "new side wrote" : "new side only claimed");
+    TempStore t;
+    t.options.sync_writes = true;
+    auto o = Store::Open(t.options);
+    ASSERT_TRUE(o.ok()) << o.status();
+    uint64_t last = 0;
+    for (int i = 0; i < kSeedKeys; ++i) {
+      auto v = (*o)->Put(Key(i), OldValue(i));
+      ASSERT_TRUE(v.ok()) << v.status();
+      last = *v;
+    }
+    ASSERT_TRUE((*o)->CloseDbForHandoff().ok());
+    ASSERT_EQ(
+        RunChild("WriterCrashChild.ClaimAndDie",
+                 ChildEnv(t, {{"KVNODE_WC_WRITE", n_wrote ? "1" : "0"}}), std::chrono::seconds(60)),
+        128 + SIGKILL);
+    absl::Status reopened = (*o)->ReopenDbAfterFailedHandoff();
+    if (n_wrote) {
+      // The new process may have acknowledged that write: the old one must not
+      // write again (it would reuse its version and ignore its dedupe state).
+      EXPECT_TRUE(absl::IsFailedPrecondition(reopened)) << reopened;
+      EXPECT_FALSE((*o)->Put(Key(1), "after a refused rollback").ok());
+      EXPECT_EQ(DbContents(t.options.db_path).at("from-new"), "acknowledged by the new process");
+    } else {
+      ASSERT_TRUE(reopened.ok()) << reopened;
+      auto v = (*o)->Put(Key(1), "after the rollback");
+      ASSERT_TRUE(v.ok()) << v.status();
+      EXPECT_GT(*v, last);
+      // The arena follows the database's generation again (a cold start
+      // re-attaches it).
+      ASSERT_TRUE((*o)->Close().ok());
+      o = Store::Open(t.options);
+      ASSERT_TRUE(o.ok()) << o.status();
+      EXPECT_EQ((*o)->opened_as(), Store::OpenedAs::kReattached);
+      EXPECT_EQ(RemoteGet(**o, Key(1)), "after the rollback");
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvnode::storage
