@@ -539,8 +539,12 @@ void OldSide::Rollback(Attempt& a, const absl::Status& why, bool by_watchdog) {
     if (a.db_closed) {
       if (absl::Status s = server_->ReopenDbAfterFailedHandoff(); !s.ok()) {
         LOG(ERROR) << "upgrade: reopening RocksDB after the failed handoff: " << s;
-        if (by_watchdog && !absl::StrContains(s.message(), "already open")) {
-          LOG(ERROR) << "upgrade watchdog: RocksDB cannot be taken back: exiting so that "
+        // Resuming now would accept writes that cannot be made durable (no
+        // RocksDB here), or contradict writes the new process may have
+        // acknowledged (it claimed the database and wrote): exit instead.
+        if (!absl::StrContains(s.message(), "already open")) {
+          LOG(ERROR) << "upgrade" << (by_watchdog ? " watchdog" : "")
+                     << ": RocksDB cannot be taken back: exiting so that "
                      << (child.has_value() ? "the new process" : "a restart") << " takes over";
           google::FlushLogFiles(google::GLOG_INFO);
           _exit(kWatchdogExitCode);

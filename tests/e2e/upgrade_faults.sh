@@ -24,12 +24,19 @@
 #
 #   KV_FAULT_CELLS="n_ready:crash o_flush:crash"   cells to run (default: a CI
 #                                                   subset; "all" = 13 x 3)
+#   KV_FAULT_SYNC_WRITES=true   the node's --sync_writes (default false). With
+#                               true, a write's window between RocksDB and the
+#                               arena is the whole fsync, so an O killed while
+#                               writes flow (o_pause:crash) dies inside one;
+#                               N must republish it (the arena's write intent).
+# n_accepting:crash is N killed right after it claimed RocksDB, before any
+# write: O must take RocksDB back under a new generation (not reuse versions).
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/upgrade_lib.sh"
 kv_require_device
 
 phases="o_spawn n_attach n_register n_ready o_pause o_flush o_handover n_open_db n_accepting o_move_clients o_drain o_dereg o_exit"
-cells=${KV_FAULT_CELLS:-"n_ready:crash n_open_db:fail o_handover:crash o_move_clients:crash o_flush:hang"}
+cells=${KV_FAULT_CELLS:-"n_ready:crash n_open_db:fail n_accepting:crash o_handover:crash o_move_clients:crash o_flush:hang"}
 if [[ $cells == all ]]; then
   cells=""
   for p in $phases; do for a in crash hang fail; do cells+=" $p:$a"; done; done
@@ -64,7 +71,8 @@ for cell in $cells; do
   expect=$(expect_for "$cell")
   UP_FIRST_PID=""
   KV_NODE_BIN=${KV_BUILD}/node/kvnode
-  kv_start_node "${UP_NODE_FLAGS[@]}" --upgrade_fault="$cell" --upgrade_ready_deadline_ms=20000 \
+  kv_start_node "${UP_NODE_FLAGS[@]}" --sync_writes="${KV_FAULT_SYNC_WRITES:-false}" \
+    --upgrade_fault="$cell" --upgrade_ready_deadline_ms=20000 \
     --upgrade_owned_deadline_ms=20000 --upgrade_old_exit_deadline_ms=10000 \
     --upgrade_step_deadline_ms=15000 --upgrade_write_pause_limit_ms=15000
   UP_FIRST_PID=$KV_PID
@@ -100,7 +108,8 @@ for cell in $cells; do
     wait "$o_pid" 2>/dev/null || true
     "$KV_BUILD/node/kvnode" --listen "$KV_ADDR" --db_path "$KV_DIR/db" --shm_name "$KV_SHM" \
       --admin_socket "$KV_ADMIN" --auth_token_file "$KV_TOKEN" --pid_file "$KV_DIR/pid" \
-      --arena_size $((32 << 20)) --sync_writes=false --max_clients 16 "${UP_NODE_FLAGS[@]}" \
+      --arena_size $((32 << 20)) --sync_writes="${KV_FAULT_SYNC_WRITES:-false}" --max_clients 16 \
+      "${UP_NODE_FLAGS[@]}" \
       >>"$KV_LOG" 2>&1 &
     KV_PID=$!
     UP_FIRST_PID=$KV_PID

@@ -134,7 +134,9 @@ class UpgradeMetrics {
   std::map<std::string, uint64_t> last_us_ ABSL_GUARDED_BY(mu_);
 };
 
-// Exit code of an old process whose watchdog could not roll back in time.
+// Exit code of an old process that could not roll back: its watchdog did not
+// finish in time, or RocksDB could not be taken back (the new process claimed
+// and wrote to it, or it failed to reopen), so writes must not resume here.
 inline constexpr int kWatchdogExitCode = 5;
 
 // Compat of this build (storage's layout constants), with
