@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -207,12 +208,22 @@ absl::Status Store::Claim() {
   ArenaHeader* h = arena_->header();
   HeaderWord(h->clean).store(0, std::memory_order_release);
   HeaderWord(h->writer_pid).store(static_cast<uint64_t>(getpid()), std::memory_order_relaxed);
-  const uint64_t gen = HeaderWord(h->generation).load(std::memory_order_acquire) + 1;
+  uint64_t gen = HeaderWord(h->generation).load(std::memory_order_acquire);
+  {
+    // A claimer killed between its RocksDB record and the header leaves the
+    // database ahead: never hand its generation out again.
+    std::string v;
+    rocksdb::Status rs = db_->Get(rocksdb::ReadOptions(), cfs_[1], kGenerationKey, &v);
+    if (rs.ok() && v.size() == 8) gen = std::max(gen, LoadU64(v.data()));
+    if (!rs.ok() && !rs.IsNotFound()) return FromRocks(rs, "read arena generation");
+  }
+  ++gen;
   rocksdb::WriteOptions wo;
   wo.sync = true;
   absl::Status s =
       FromRocks(db_->Put(wo, cfs_[1], kGenerationKey, U64(gen)), "record arena generation");
   if (!s.ok()) return s;
+  CrashPoint("claim.after_db");
   HeaderWord(h->generation).store(gen, std::memory_order_release);
   claimed_generation_ = gen;
   generation_written_ = false;

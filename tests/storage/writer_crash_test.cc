@@ -291,6 +291,7 @@ TEST(WriterCrashChild, ClaimAndDie) {
   if (testing::Env("KVNODE_WC_DB") == nullptr) GTEST_SKIP() << "runs only as a child";
   auto n = Store::AttachLive(ChildOptions());
   ASSERT_TRUE(n.ok()) << n.status();
+  SetCrashPointHookForTesting(&DieAt);
   ASSERT_TRUE((*n)->OpenDb().ok());
   if (std::string(testing::Env("KVNODE_WC_WRITE")) == "1") {
     ASSERT_TRUE((*n)->Put("from-new", "acknowledged by the new process").ok());
@@ -299,8 +300,14 @@ TEST(WriterCrashChild, ClaimAndDie) {
 }
 
 TEST(WriterCrashTest, RollbackResumesOnlyIfTheNewSideNeverWrote) {
-  for (const bool n_wrote : {false, true}) {
-    SCOPED_TRACE(n_wrote ? "new side wrote" : "new side only claimed");
+  struct Case {
+    bool n_wrote;
+    const char* die_at;  // "": after OpenDb (and the write)
+  };
+  for (const Case c : {Case{false, ""}, Case{false, "claim.after_db"}, Case{true, ""}}) {
+    const bool n_wrote = c.n_wrote;
+    SCOPED_TRACE(std::string(n_wrote ? "new side wrote" : "new side only claimed") + " " +
+                 c.die_at);
     TempStore t;
     t.options.sync_writes = true;
     auto o = Store::Open(t.options);
@@ -311,11 +318,13 @@ TEST(WriterCrashTest, RollbackResumesOnlyIfTheNewSideNeverWrote) {
       ASSERT_TRUE(v.ok()) << v.status();
       last = *v;
     }
+    const uint64_t o_generation = (*o)->stats().generation;
     ASSERT_TRUE((*o)->CloseDbForHandoff().ok());
-    ASSERT_EQ(
-        RunChild("WriterCrashChild.ClaimAndDie",
-                 ChildEnv(t, {{"KVNODE_WC_WRITE", n_wrote ? "1" : "0"}}), std::chrono::seconds(60)),
-        128 + SIGKILL);
+    ASSERT_EQ(RunChild("WriterCrashChild.ClaimAndDie",
+                       ChildEnv(t, {{"KVNODE_WC_WRITE", n_wrote ? "1" : "0"},
+                                    {"KVNODE_WC_POINT", c.die_at}}),
+                       std::chrono::seconds(60)),
+              128 + SIGKILL);
     absl::Status reopened = (*o)->ReopenDbAfterFailedHandoff();
     if (n_wrote) {
       // The new process may have acknowledged that write: the old one must not
@@ -325,6 +334,9 @@ TEST(WriterCrashTest, RollbackResumesOnlyIfTheNewSideNeverWrote) {
       EXPECT_EQ(DbContents(t.options.db_path).at("from-new"), "acknowledged by the new process");
     } else {
       ASSERT_TRUE(reopened.ok()) << reopened;
+      // Past the generation the new side claimed (o_generation + 1), even when
+      // it died before writing it into the arena header.
+      EXPECT_EQ((*o)->stats().generation, o_generation + 2);
       auto v = (*o)->Put(Key(1), "after the rollback");
       ASSERT_TRUE(v.ok()) << v.status();
       EXPECT_GT(*v, last);
