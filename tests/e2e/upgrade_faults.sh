@@ -141,8 +141,12 @@ except Exception:
   if grep -qs 'No space left on device' "$KV_LOG" "$KV_DIR/kvload.log" "$KV_DIR/db/LOG"; then
     verdict="${verdict}+ENOSPC"
   fi
-  line=$(printf '%-22s expect %-8s got %-8s recovery %6d ms  failed %s verify %s stale %s audit %s  %s' \
-    "$cell" "$expect" "$outcome" "$recovery_ms" "$failed" "$verr" "$stale" "$audit" "$verdict")
+  # Writes a takeover found cut between RocksDB and the arena (the store logs
+  # each one it republished): shows whether a cell exercised that window.
+  republished=$(cat "$KV_DIR"/*.log 2>/dev/null | grep -c 'republished a key' || true)
+  line=$(printf '%-22s expect %-8s got %-8s recovery %6d ms  failed %s verify %s stale %s audit %s  republished %s  %s' \
+    "$cell" "$expect" "$outcome" "$recovery_ms" "$failed" "$verr" "$stale" "$audit" \
+    "$republished" "$verdict")
   echo "$line" | tee -a "$out" >&2
   [[ $verdict == ok ]] || failures=$((failures + 1))
   # Stop whatever serves now (and a hung O, if any), clean up.
