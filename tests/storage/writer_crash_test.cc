@@ -9,6 +9,7 @@
 //    version.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -191,6 +192,9 @@ TEST(WriterCrashTest, WriteKilledBetweenRocksDbAndArenaIsRepublishedAtTakeover) 
 // saying once that it runs, until it is killed.
 TEST(WriterCrashChild, AllocateForever) {
   if (testing::Env("KVNODE_WC_DB") == nullptr) GTEST_SKIP() << "runs only as a child";
+  // Never outlive the test that kills it.
+  ASSERT_EQ(prctl(PR_SET_PDEATHSIG, SIGKILL), 0);
+  if (getppid() == 1) return;
   auto a = Arena::Attach(ChildOptions().arena_options());
   ASSERT_TRUE(a.ok()) << a.status();
   std::vector<uint64_t> held;
@@ -259,8 +263,11 @@ bool KillInLoop(const TempStore& t, const std::string& child, std::mt19937& rng)
 }
 
 TEST(WriterCrashTest, ProcessKilledInsideTheAllocatorDoesNotBlockTheNextWriter) {
-  const uint32_t seed = std::random_device{}();
-  std::cerr << "seed " << seed << "\n";
+  // KVNODE_WC_SEED=<seed> replays a run's kill moments.
+  const char* fixed = testing::Env("KVNODE_WC_SEED");
+  const uint32_t seed =
+      fixed != nullptr ? static_cast<uint32_t>(std::stoul(fixed)) : std::random_device{}();
+  std::cerr << "seed " << seed << " (KVNODE_WC_SEED to replay)\n";
   std::mt19937 rng(seed);
   TempStore t;
   t.options.sync_writes = false;
