@@ -88,7 +88,7 @@ absl::Status PrecheckLayout(int fd, const std::string& path) {
   constexpr size_t kScan = 4096;
   char buf[kScan];
   const ssize_t n = pread(fd, buf, kScan, 0);
-  if (n < 0) return Errno(errno, absl::StrCat("read arena segment ", path));
+  if (n < 0) return base::ErrnoStatus(errno, absl::StrCat("read arena segment ", path));
   for (size_t off = 0; off + 12 <= static_cast<size_t>(n); off += 8) {
     if (LoadU64(buf + off) != kArenaMagic) continue;
     const uint32_t version = LoadU32(buf + off + 8);
