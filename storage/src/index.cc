@@ -4,6 +4,8 @@
 
 #include <cstring>
 
+#include "absl/strings/str_cat.h"
+
 namespace kvnode::storage {
 namespace {
 
@@ -37,19 +39,29 @@ IndexWriter::Probe IndexWriter::Find(std::string_view key) const {
   p.home_bucket = BucketOffset(g_, kh.bucket);
   p.lossy = LinkLossy(Word(p.home_bucket).load(std::memory_order_relaxed));
   uint64_t b = p.home_bucket;
-  while (b != 0) {
+  // kMaxChainLength: only a corrupted arena has longer chains (invariant 7).
+  while (b != 0 && p.chain_buckets < kMaxChainLength) {
     p.last_bucket = b;
+    ++p.chain_buckets;
+    uint64_t bucket_free = 0;  // first empty slot of this bucket
     for (uint32_t i = 0; i < kSlotsPerBucket; ++i) {
       const uint64_t so = b + (kBucketHeaderWords + i) * 8;
       const uint64_t w = Word(so).load(std::memory_order_relaxed);
       const Slot s = Slot::Parse(w);
       if (s.type == SlotType::kEmpty) {
+        if (bucket_free == 0) bucket_free = so;
         if (p.free_slot == 0) p.free_slot = so;
+        if (p.free_slot_late == 0) p.free_slot_late = so;
         continue;
       }
       if (s.fingerprint != kh.fingerprint) continue;
       if (s.type == SlotType::kMarker) {
         if (p.marker_slot == 0) p.marker_slot = so;
+        p.last_marker_slot = so;
+        ++p.markers;
+        // Invariant 6b: a promotion may only use this marker's bucket or a
+        // later one.
+        p.free_slot_late = bucket_free;
         continue;
       }
       // Our own object: written by this writer, so intact.
@@ -65,6 +77,18 @@ IndexWriter::Probe IndexWriter::Find(std::string_view key) const {
     b = LinkNext(Word(b).load(std::memory_order_relaxed));
   }
   return p;
+}
+
+absl::Status IndexWriter::CheckRoomForNewKey(std::string_view key) const {
+  const Probe p = Find(key);
+  if (p.resident_slot != 0 || p.free_slot != 0 || p.chain_buckets < max_chain_buckets_) {
+    return absl::OkStatus();
+  }
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "index chain full: the key's home bucket ",
+      (p.home_bucket - g_.index_offset) / g_.bucket_size, " and its overflow buckets have all ",
+      p.chain_buckets * kSlotsPerBucket, " slots in use (max_chain_buckets ", max_chain_buckets_,
+      "): too many keys share this key's hash; delete some of them or write another key"));
 }
 
 void IndexWriter::SetRef(uint64_t slot_offset, bool on) const {
@@ -119,10 +143,14 @@ void IndexWriter::ReclaimExpired() {
 }
 
 void IndexWriter::Retire(const Slot& s, uint64_t slot_offset) {
-  ArenaHeader* h = arena_->header();
   const uint64_t b = BucketOf(slot_offset);
   const bool is_inline = s.offset >= b + kSlotLineSize && s.offset < b + g_.bucket_size;
   Add(is_inline ? &ArenaHeader::inline_bytes : &ArenaHeader::heap_bytes, -int64_t{s.length});
+  PushLimbo(s.offset, is_inline ? b : 0, s.length);
+}
+
+void IndexWriter::PushLimbo(uint64_t offset, uint64_t bucket_offset, uint64_t length) {
+  ArenaHeader* h = arena_->header();
   if (std::atomic_ref<uint64_t>(h->limbo_tail).load(std::memory_order_relaxed) -
           std::atomic_ref<uint64_t>(h->limbo_head).load(std::memory_order_relaxed) >=
       h->limbo_capacity) {
@@ -131,11 +159,41 @@ void IndexWriter::Retire(const Slot& s, uint64_t slot_offset) {
   std::atomic_ref<uint64_t> tail(h->limbo_tail);
   const uint64_t t = tail.load(std::memory_order_relaxed);
   LimboEntry& e = arena_->limbo()[t % h->limbo_capacity];
-  e.offset = s.offset;
-  e.bucket_offset = is_inline ? b : 0;
-  e.length = s.length;
+  e.offset = offset;
+  e.bucket_offset = bucket_offset;
+  e.length = length;
   e.retire_ns = MonotonicNanos();
   tail.store(t + 1, std::memory_order_relaxed);
+}
+
+uint32_t IndexWriter::NextBucketTag() {
+  std::atomic_ref<uint64_t> r(arena_->header()->next_bucket_tag);
+  uint32_t tag = static_cast<uint32_t>(r.load(std::memory_order_relaxed) + 1) & kBucketTagMask;
+  if (tag == 0) tag = 1;
+  r.store(tag, std::memory_order_relaxed);
+  return tag;
+}
+
+void IndexWriter::MaybeUnlink(uint64_t bucket, uint64_t home) {
+  if (bucket == home) return;
+  for (uint32_t i = 0; i < kSlotsPerBucket; ++i) {
+    if (Word(bucket + (kBucketHeaderWords + i) * 8).load(std::memory_order_relaxed) != 0) return;
+  }
+  uint64_t pred = home;
+  for (uint32_t depth = 0; LinkNext(Word(pred).load(std::memory_order_relaxed)) != bucket;
+       ++depth) {
+    pred = LinkNext(Word(pred).load(std::memory_order_relaxed));
+    if (pred == 0 || depth >= kMaxChainLength) return;  // not in this chain: leave it
+  }
+  std::atomic_ref<uint64_t> link = Word(pred);
+  const uint64_t own = Word(bucket).load(std::memory_order_relaxed);
+  link.store((own & ~kLinkLossyBit) | (link.load(std::memory_order_relaxed) & kLinkLossyBit),
+             std::memory_order_release);
+  // Readers that followed the old link now see another tag and retry.
+  std::atomic_ref<uint64_t> meta = Word(bucket + 8);
+  meta.store(meta.load(std::memory_order_relaxed) & ~kMetaTagMask, std::memory_order_release);
+  Add(&ArenaHeader::overflow_buckets, -1);
+  PushLimbo(bucket, 0, g_.bucket_size);
 }
 
 bool IndexWriter::EvictOne(uint64_t protect) {
@@ -212,9 +270,11 @@ uint64_t IndexWriter::AddOverflowBucket(uint64_t last_bucket, bool allow_evict) 
   const uint64_t off = AllocateHeap(g_.bucket_size, kSlotLineSize, 0, allow_evict);
   if (off == 0) return 0;
   std::memset(arena_->At(off), 0, g_.bucket_size);
+  const uint32_t tag = NextBucketTag();
+  Word(off + 8).store(uint64_t{tag} << kMetaTagShift, std::memory_order_relaxed);
   std::atomic_ref<uint64_t> link = Word(last_bucket);
   const uint64_t old = link.load(std::memory_order_relaxed);
-  link.store(MakeLink(off, LinkLossy(old)), std::memory_order_release);
+  link.store(MakeLink(off, LinkLossy(old), tag), std::memory_order_release);
   Add(&ArenaHeader::overflow_buckets, 1);
   return off;
 }
@@ -224,18 +284,28 @@ IndexWriter::Placement IndexWriter::Upsert(std::string_view key, std::string_vie
   ReclaimExpired();
   const uint16_t fp = HashKey(g_, key).fingerprint;
   const Probe p = Find(key);
-  enum class Kind { kUpdate, kFromMarker, kNew } kind;
+  const bool may_grow = p.chain_buckets < max_chain_buckets_;
+  enum class Kind { kUpdate, kFromMarker, kMoveFromMarker, kNew } kind;
   uint64_t target = 0;
   if (p.resident_slot != 0) {
     kind = Kind::kUpdate;
     target = p.resident_slot;
-  } else if (existed && p.marker_slot != 0) {
-    kind = Kind::kFromMarker;
+  } else if (existed && p.markers == 1 && !p.lossy) {
+    kind = Kind::kFromMarker;  // invariant 6b: the only marker, in place
     target = p.marker_slot;
+  } else if (existed && p.markers > 0) {
+    // Invariant 6b: not before the last marker's bucket.
+    kind = Kind::kMoveFromMarker;
+    target = p.free_slot_late;
+    if (target == 0 && may_grow) {
+      const uint64_t ov = AddOverflowBucket(p.last_bucket, allow_evict);
+      if (ov != 0) target = ov + kBucketHeaderWords * 8;
+    }
+    if (target == 0) return Placement::kNotResident;  // its markers still cover it
   } else {
     kind = Kind::kNew;
     target = p.free_slot;
-    if (target == 0) {
+    if (target == 0 && may_grow) {
       const uint64_t ov = AddOverflowBucket(p.last_bucket, allow_evict);
       if (ov != 0) target = ov + kBucketHeaderWords * 8;
     }
@@ -264,6 +334,9 @@ IndexWriter::Placement IndexWriter::Upsert(std::string_view key, std::string_vie
         break;
       case Kind::kFromMarker:
         break;
+      case Kind::kMoveFromMarker:
+        MaybeUnlink(BucketOf(target), p.home_bucket);  // an overflow bucket added for it
+        break;
       case Kind::kNew:
         Word(target).store(Slot::Marker(fp), std::memory_order_release);
         Add(&ArenaHeader::marker_slots, 1);
@@ -280,6 +353,12 @@ IndexWriter::Placement IndexWriter::Upsert(std::string_view key, std::string_vie
     Add(&ArenaHeader::resident_keys, 1);
   }
   if (kind == Kind::kFromMarker) Add(&ArenaHeader::marker_slots, -1);
+  if (kind == Kind::kMoveFromMarker && !p.lossy) {
+    // Published at the new place first; now the first marker goes (6b).
+    Word(p.marker_slot).store(0, std::memory_order_release);
+    Add(&ArenaHeader::marker_slots, -1);
+    MaybeUnlink(BucketOf(p.marker_slot), p.home_bucket);
+  }
   SetRef(target, true);
   return Placement::kResident;
 }
@@ -293,12 +372,15 @@ void IndexWriter::Remove(std::string_view key, bool existed) {
     SetRef(p.resident_slot, false);
     Add(&ArenaHeader::resident_keys, -1);
     Add(&ArenaHeader::num_keys, -1);
+    MaybeUnlink(BucketOf(p.resident_slot), p.home_bucket);
     return;
   }
   if (!existed) return;
-  if (p.marker_slot != 0) {
+  // Invariant 6c; in a LOSSY chain the key may have had no marker of its own.
+  if (p.marker_slot != 0 && !p.lossy) {
     Word(p.marker_slot).store(0, std::memory_order_release);
     Add(&ArenaHeader::marker_slots, -1);
+    MaybeUnlink(BucketOf(p.marker_slot), p.home_bucket);
   }
   Add(&ArenaHeader::num_keys, -1);
 }

@@ -12,11 +12,54 @@
 //  3. A retired object's memory is not reused before the grace period has
 //     passed (except under memory pressure); a reader that lands on reused
 //     memory sees a bad checksum, another owner, or another key.
-//  4. An overflow bucket is zeroed before the link that publishes it; overflow
-//     buckets are never freed while the arena lives.
+//  4. An overflow bucket is zeroed and given a fresh non-zero tag (meta word)
+//     before the link that publishes it, and that link carries the same tag.
+//     A bucket is only ever appended at the end of its chain, so along any
+//     chain (and along the frozen link of an unlinked bucket) the buckets
+//     come in the order they were appended.
 //  5. Every key of a chain that exists in the store but has no resident slot is
 //     covered by a marker slot with its fingerprint, or the chain's home
 //     bucket is LOSSY (sticky until the arena is rebuilt).
+//  6. Markers do not name their key: any marker with fingerprint f covers every
+//     non-resident key with fingerprint f. So that a reader walking the chain
+//     forward (bucket by bucket, each READ at a later time) always meets a
+//     cover of a key that exists throughout its walk — the key's resident slot
+//     or a marker with its fingerprint — no key is ever published in an
+//     earlier bucket than the last cover it had:
+//     a. A resident key keeps its slot (update and eviction are in place, 2).
+//     b. Promoting a non-resident key (Upsert of an existing key): when its
+//        fingerprint has one marker in the chain, that marker becomes the
+//        resident slot in place. With several, the key is published in a free
+//        slot of the LAST marker's bucket or of a later bucket (a new overflow
+//        bucket if need be), and only then is the FIRST marker cleared; with no
+//        such slot the key stays non-resident and nothing changes.
+//     c. Removing a non-resident key clears the FIRST marker of its fingerprint.
+//     In a LOSSY chain the key may have had no marker, so b and c clear none
+//     (b always publishes in or after the last marker's bucket): a marker too
+//     many only sends readers to the server, as LOSSY does anyway.
+//     Why it holds: markers with f are only added (eviction, a failed
+//     allocation) or taken away by b and c. b and c never take away the last
+//     one while another exists, and the last one is what a non-resident key
+//     relies on, so a non-resident key's last cover never moves back. When b or
+//     c takes the only marker, every other key with f is resident (5): if a
+//     reader has already passed such a key's slot without seeing it there, the
+//     key became resident there after the reader passed, i.e. by b while the
+//     reader was relying on a marker after that slot — which b forbids. So
+//     "NotFound" from a walk is a proof of absence (read_path.h guarantee 2).
+//  7. Chains are bounded: at most max_chain_buckets buckets (home included).
+//     A new key whose chain has no free slot and is at the bound is refused
+//     before anything is written (CheckRoomForNewKey); during a rebuild it
+//     makes the chain LOSSY instead.
+//  8. An overflow bucket whose slots are all empty is unlinked (its
+//     predecessor's link takes its own link, tag included), then its tag is
+//     cleared, then it is retired to the ring like an object and freed after
+//     the grace period. A reader that followed the old link reads a bucket
+//     whose tag is no longer the link's (cleared, or a new owner's: tags are
+//     24-bit and never reused for 2^24 - 1 appends) and retries from the home
+//     bucket; one that read it before the clear sees a bucket with no slot in
+//     use and a link to the rest of the chain. Inline objects of the bucket
+//     were retired before it, and the ring releases in order, so none of them
+//     is released into memory the bucket no longer owns.
 #ifndef KVNODE_STORAGE_SRC_INDEX_H_
 #define KVNODE_STORAGE_SRC_INDEX_H_
 
@@ -24,6 +67,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "absl/status/status.h"
 #include "kvnode/storage/arena.h"
 #include "kvnode/storage/format.h"
 
@@ -32,21 +76,36 @@ namespace kvnode::storage {
 class IndexWriter {
  public:
   // grace_ns: how long a retired allocation stays untouched.
-  IndexWriter(Arena* arena, uint64_t grace_ns)
-      : arena_(arena), g_(arena->geometry()), grace_ns_(grace_ns) {}
+  // max_chain_buckets: the chain bound of invariant 7, 1..kMaxChainLength.
+  IndexWriter(Arena* arena, uint64_t grace_ns, uint32_t max_chain_buckets)
+      : arena_(arena),
+        g_(arena->geometry()),
+        grace_ns_(grace_ns),
+        max_chain_buckets_(max_chain_buckets) {}
 
+  // What the chain holds for a key. When the key is resident, Find stops
+  // there and only resident_*, home_bucket and lossy are meaningful.
   struct Probe {
     uint64_t resident_slot = 0;  // slot offset where the key is resident
     uint64_t resident_word = 0;
-    uint64_t marker_slot = 0;  // a marker with the key's fingerprint
-    uint64_t free_slot = 0;    // first empty slot of the chain
-    uint64_t last_bucket = 0;  // last bucket of the chain
+    uint64_t marker_slot = 0;       // the first marker with the key's fingerprint
+    uint64_t last_marker_slot = 0;  // the last one
+    uint32_t markers = 0;           // markers with the key's fingerprint
+    uint64_t free_slot = 0;         // first empty slot of the chain
+    uint64_t free_slot_late = 0;    // first empty slot in or after the last marker's bucket
+    uint64_t last_bucket = 0;       // last bucket of the chain
     uint64_t home_bucket = 0;
+    uint32_t chain_buckets = 0;  // buckets in the chain, home included
     bool lossy = false;
     // The key may exist without a resident slot: ask RocksDB to be sure.
     bool maybe_nonresident() const { return resident_slot == 0 && (marker_slot != 0 || lossy); }
   };
   Probe Find(std::string_view key) const;
+
+  // ResourceExhausted when a new key could not get a slot without its chain
+  // growing past the bound (invariant 7). Call before writing a new key.
+  [[nodiscard]] absl::Status CheckRoomForNewKey(std::string_view key) const;
+  uint32_t max_chain_buckets() const { return max_chain_buckets_; }
 
   enum class Placement { kResident, kNotResident };
   // Publishes key=value@version. `existed`: the key exists in the store
@@ -77,6 +136,11 @@ class IndexWriter {
   uint64_t AllocateHeap(uint64_t n, uint64_t align, uint64_t protect, bool allow_evict);
   uint64_t AddOverflowBucket(uint64_t last_bucket, bool allow_evict);
   void Retire(const Slot& s, uint64_t slot_offset);
+  void PushLimbo(uint64_t offset, uint64_t bucket_offset, uint64_t length);
+  // Invariant 8: unlinks and retires `bucket` if it is an overflow bucket of
+  // the chain at `home` with no slot in use.
+  void MaybeUnlink(uint64_t bucket, uint64_t home);
+  uint32_t NextBucketTag();
   void ReleaseLimbo(const LimboEntry& e);
   bool ReclaimOldest();
   bool EvictOne(uint64_t protect);
@@ -86,6 +150,7 @@ class IndexWriter {
   Arena* arena_;
   Geometry g_;
   uint64_t grace_ns_;
+  uint32_t max_chain_buckets_;
 };
 
 uint64_t MonotonicNanos();

@@ -43,7 +43,9 @@ ReadResult Continue(const Geometry& g, ReadStep ctx) {
     ctx.offset = ctx.next_bucket;
     ctx.length = g.bucket_size;
     ctx.owner = 0;
+    ctx.bucket_tag = ctx.next_bucket_tag;
     ctx.next_bucket = 0;
+    ctx.next_bucket_tag = 0;
     r.outcome = Outcome::kNext;
     r.next = ctx;
     return r;
@@ -72,11 +74,17 @@ ReadResult DecodeBucket(const Geometry& g, std::string_view key, const ReadStep&
                         std::string_view bytes) {
   const char* p = bytes.data();
   const uint64_t link = LoadU64(p);
+  // An overflow bucket reached through a link that is stale by now: it was
+  // unlinked (tag cleared) or its memory reused. Its slots prove nothing.
+  if (step.buckets_read > 0 && MetaTag(LoadU64(p + 8)) != step.bucket_tag) {
+    return Make(Outcome::kRetry);
+  }
   ReadStep ctx = step;
   ctx.buckets_read = step.buckets_read + 1;
   ctx.pending = 0;
   if (step.buckets_read == 0 && LinkLossy(link)) ctx.must_ask_server = true;
   ctx.next_bucket = LinkNext(link);
+  ctx.next_bucket_tag = LinkTag(link);
   if (ctx.next_bucket != 0 &&
       (ctx.next_bucket % kSlotLineSize != 0 || ctx.next_bucket > g.arena_size ||
        g.bucket_size > g.arena_size - ctx.next_bucket)) {

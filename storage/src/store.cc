@@ -70,6 +70,10 @@ absl::Status StoreOptions::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("store: reuse_grace_us ", reuse_grace_us, " is more than a minute"));
   }
+  if (max_chain_buckets < 1 || max_chain_buckets > kMaxChainLength) {
+    return absl::InvalidArgumentError(absl::StrCat("store: max_chain_buckets ", max_chain_buckets,
+                                                   " is not in [1, ", kMaxChainLength, "]"));
+  }
   return arena_options().Validate();
 }
 
@@ -178,7 +182,8 @@ absl::Status Store::Rebuild() {
   absl::StatusOr<std::unique_ptr<Arena>> arena = Arena::Create(ao);
   if (!arena.ok()) return arena.status();
   arena_ = std::move(*arena);
-  index_ = std::make_unique<IndexWriter>(arena_.get(), options_.reuse_grace_us * 1000);
+  index_ = std::make_unique<IndexWriter>(arena_.get(), options_.reuse_grace_us * 1000,
+                                         options_.max_chain_buckets);
   rocksdb::ReadOptions ro;
   ro.fill_cache = false;  // one sequential pass
   ro.readahead_size = 2 << 20;
@@ -267,7 +272,8 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const StoreOptions& options) 
       why = absl::StrCat("its generation ", gen, " is not the database's ", db_gen);
     } else {
       st.arena_ = std::move(*arena);
-      st.index_ = std::make_unique<IndexWriter>(st.arena_.get(), options.reuse_grace_us * 1000);
+      st.index_ = std::make_unique<IndexWriter>(st.arena_.get(), options.reuse_grace_us * 1000,
+                                                options.max_chain_buckets);
       st.opened_as_ = OpenedAs::kReattached;
     }
   } else if (arena.status().code() == absl::StatusCode::kNotFound) {
@@ -317,7 +323,8 @@ absl::StatusOr<std::unique_ptr<Store>> Store::AttachLive(const StoreOptions& opt
   if (!arena.ok()) return arena.status();
   std::unique_ptr<Store> store(new Store(options));
   store->arena_ = std::move(*arena);
-  store->index_ = std::make_unique<IndexWriter>(store->arena_.get(), options.reuse_grace_us * 1000);
+  store->index_ = std::make_unique<IndexWriter>(store->arena_.get(), options.reuse_grace_us * 1000,
+                                                options.max_chain_buckets);
   store->opened_as_ = OpenedAs::kAttachedLive;
   return store;
 }
@@ -545,6 +552,10 @@ absl::StatusOr<uint64_t> Store::Put(std::string_view key, std::string_view value
   absl::StatusOr<bool> has = ExistsForWrite(key);
   if (!has.ok()) return has.status();
   const bool existed = *has;
+  if (!existed) {
+    // Refused before anything is written (index.h invariant 7).
+    if (absl::Status s = index_->CheckRoomForNewKey(key); !s.ok()) return s;
+  }
   const uint64_t version = last_version_ + 1;
   std::string record = U64(version);
   record.append(value.data(), value.size());

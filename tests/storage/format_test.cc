@@ -128,6 +128,40 @@ TEST(ReadPathTest, ShortOrEmptyBytesAreRetried) {
   EXPECT_EQ(Decode(g, "k", step, wild).outcome, ReadResult::Outcome::kRetry);
 }
 
+// A chain that links back to itself (garbage, or reused memory) ends at the
+// reader's bound with the slow path; an overflow bucket whose tag is not the
+// one its link named is retried.
+TEST(ReadPathTest, CyclesEndAndStaleBucketsAreRetried) {
+  const Geometry g = SampleGeometry();
+  const ReadStep first = FirstRead(g, "k");
+  std::string cycle(g.bucket_size, '\0');
+  StoreU64(cycle.data(), MakeLink(first.offset, false));
+  ReadStep st = first;
+  ReadResult r;
+  uint32_t reads = 0;
+  for (; reads < 10 * kMaxChainLength; ++reads) {
+    r = Decode(g, "k", st, cycle);
+    if (r.outcome != ReadResult::Outcome::kNext) break;
+    st = r.next;
+  }
+  EXPECT_EQ(r.outcome, ReadResult::Outcome::kSlowPath);
+  EXPECT_EQ(reads + 1, kMaxChainLength);
+
+  const uint64_t next = first.offset + 64 * g.bucket_size;
+  std::string home(g.bucket_size, '\0');
+  StoreU64(home.data(), MakeLink(next, false, 0x123456));
+  r = Decode(g, "k", first, home);
+  ASSERT_EQ(r.outcome, ReadResult::Outcome::kNext);
+  EXPECT_EQ(r.next.offset, next);
+  std::string overflow(g.bucket_size, '\0');
+  StoreU64(overflow.data() + 8, uint64_t{0x123457} << kMetaTagShift);  // another tag
+  EXPECT_EQ(Decode(g, "k", r.next, overflow).outcome, ReadResult::Outcome::kRetry);
+  StoreU64(overflow.data() + 8, 0);  // tag cleared: unlinked
+  EXPECT_EQ(Decode(g, "k", r.next, overflow).outcome, ReadResult::Outcome::kRetry);
+  StoreU64(overflow.data() + 8, (uint64_t{0x123456} << kMetaTagShift) | 0xff);
+  EXPECT_EQ(Decode(g, "k", r.next, overflow).outcome, ReadResult::Outcome::kNotFound);
+}
+
 // The reader code, given only the encoded geometry and bytes copied from the
 // mapping, finds exactly what the writer stored: one READ for inline values,
 // two for heap values.

@@ -81,7 +81,8 @@ struct ArenaHeader {
   // have left the allocator's free lists half-updated, so the heap (and with
   // it the arena) cannot be trusted and must be rebuilt from RocksDB.
   uint64_t heap_busy;
-  uint64_t reserved[7];
+  uint64_t next_bucket_tag;  // last tag given to an overflow bucket (24 bits, never 0)
+  uint64_t reserved[6];
   WriteIntent intent;
 };
 

@@ -24,7 +24,10 @@ namespace kvnode::storage {
 // Version of everything in this file and of the arena header. A process that
 // finds another version in a segment or a geometry refuses it.
 // 2: the segment has no process-shared mutex (null_mutex_family), and the
-// header has heap_busy and the write intent.
+// header has heap_busy and the write intent; overflow buckets carry a tag
+// that the link to them repeats (they are freed when empty, and a reader must
+// notice a bucket it reached by a stale link); a key is never published in an
+// earlier bucket of its chain.
 inline constexpr uint32_t kLayoutVersion = 2;
 
 // ---------------------------------------------------------------------------
@@ -40,7 +43,10 @@ inline constexpr uint32_t kInlineGranule = 16;
 inline constexpr uint32_t kMinBucketSize = 64;   // no inline area
 inline constexpr uint32_t kMaxBucketSize = 512;  // 28 inline granules
 // Upper bound on the buckets a reader follows in one chain before it gives
-// up (garbage or a pathological chain): then it asks the server.
+// up (garbage, or a cycle in reused memory): then it asks the server. The
+// writer keeps every chain within its own, smaller bound
+// (StoreOptions::max_chain_buckets <= kMaxChainLength), so a reader meets
+// this one only on bytes no writer produced.
 inline constexpr uint32_t kMaxChainLength = 64;
 // Largest arena a slot can address (36-bit offset in 8-byte units).
 inline constexpr uint64_t kMaxArenaSize = uint64_t{1} << 39;
@@ -85,19 +91,37 @@ inline uint64_t BucketOffset(const Geometry& g, uint64_t bucket) {
 // ---------------------------------------------------------------------------
 // Bucket header word 0 ("link"), read by clients:
 //   bits  0..35  offset of the next (overflow) bucket in 8-byte units; 0 = none
+//   bits 36..59  tag of the next bucket (0 when there is none)
 //   bit   63     LOSSY (home bucket only): some key of this chain may exist
 //                without a slot; a miss in this chain is not a proof of absence.
-// Bucket header word 1 ("meta"), writer-private, ignored by clients:
-//   bits  0..27  inline granule allocation bitmap
-//   bits 32..37  CLOCK reference bits, one per slot
+// Bucket header word 1 ("meta"):
+//   bits  0..27  inline granule allocation bitmap (writer-private)
+//   bits 32..37  CLOCK reference bits, one per slot (writer-private)
+//   bits 40..63  this bucket's tag: 0 in home buckets; in an overflow bucket a
+//                non-zero value set before the link that publishes the bucket
+//                and cleared when the bucket is unlinked. A reader that
+//                followed a link accepts the bucket only if its tag equals the
+//                link's (else the bucket was unlinked or its memory reused).
 // ---------------------------------------------------------------------------
 inline constexpr uint64_t kLinkLossyBit = uint64_t{1} << 63;
 inline constexpr uint64_t kOffsetMask36 = (uint64_t{1} << 36) - 1;
+inline constexpr int kBucketTagBits = 24;
+inline constexpr uint32_t kBucketTagMask = (uint32_t{1} << kBucketTagBits) - 1;
+inline constexpr int kLinkTagShift = 36;
+inline constexpr int kMetaTagShift = 40;
 inline uint64_t LinkNext(uint64_t link) { return (link & kOffsetMask36) * 8; }
-inline bool LinkLossy(uint64_t link) { return (link & kLinkLossyBit) != 0; }
-inline uint64_t MakeLink(uint64_t next_offset, bool lossy) {
-  return ((next_offset / 8) & kOffsetMask36) | (lossy ? kLinkLossyBit : 0);
+inline uint32_t LinkTag(uint64_t link) {
+  return static_cast<uint32_t>(link >> kLinkTagShift) & kBucketTagMask;
 }
+inline bool LinkLossy(uint64_t link) { return (link & kLinkLossyBit) != 0; }
+inline uint64_t MakeLink(uint64_t next_offset, bool lossy, uint32_t next_tag = 0) {
+  return ((next_offset / 8) & kOffsetMask36) |
+         (uint64_t{next_tag & kBucketTagMask} << kLinkTagShift) | (lossy ? kLinkLossyBit : 0);
+}
+inline uint32_t MetaTag(uint64_t meta) {
+  return static_cast<uint32_t>(meta >> kMetaTagShift) & kBucketTagMask;
+}
+inline constexpr uint64_t kMetaTagMask = uint64_t{kBucketTagMask} << kMetaTagShift;
 
 // ---------------------------------------------------------------------------
 // Slot word:

@@ -24,6 +24,10 @@
 //     no slot with the key's fingerprint (resident or marker) in the whole
 //     chain and the home bucket not LOSSY.
 //  3. Nothing here crashes or reads outside `bytes` on malformed input.
+//  4. A GET ends: at most kMaxChainLength buckets, each followed by at most
+//     kSlotsPerBucket object READs, then kSlowPath (a cycle in garbage or
+//     reused memory ends there too). An overflow bucket whose tag is not the
+//     one its link named (unlinked, or its memory reused) is kRetry.
 // A GET is one READ when the value is inline in the home bucket, two when it
 // lives in the heap; overflow buckets add one READ each.
 #ifndef KVNODE_STORAGE_READ_PATH_H_
@@ -48,6 +52,8 @@ struct ReadStep {
   // Context (opaque to callers).
   uint64_t owner = 0;            // kObject: slot offset the object must name
   uint64_t next_bucket = 0;      // bucket to read after the pending candidates
+  uint32_t next_bucket_tag = 0;  // the tag the link to next_bucket names
+  uint32_t bucket_tag = 0;       // kBucket, overflow: the tag it must carry
   uint32_t buckets_read = 0;     // chain length so far
   bool must_ask_server = false;  // a marker or LOSSY seen: a miss is not a proof
   uint8_t pending = 0;           // candidates still to try after this one

@@ -81,6 +81,16 @@ struct StoreOptions {
   uint64_t bucket_count = 0;
   uint32_t limbo_capacity = 65536;
   uint64_t hash_seed = 0;  // 0 = random per created arena
+  // Most buckets in one chain (the home bucket and its overflow buckets),
+  // 1..kMaxChainLength: 6 slots each, so at most 6 x this many keys share a
+  // home bucket. A Put of a new key whose chain is full fails with
+  // ResourceExhausted. Clients know the hash seed (they compute the bucket),
+  // so a client can aim keys at one bucket: the bound caps what that costs the
+  // node (heap, and the data thread's walk on every write to that chain).
+  // Natural chains stay far below the default: with the automatic bucket
+  // count, reaching 96 keys in one bucket takes tens of times more keys than
+  // the arena has slots.
+  uint32_t max_chain_buckets = 16;
 
   // How long retired object memory stays untouched before reuse, so that
   // readers that read a slot just before an update still find the old object.
