@@ -74,6 +74,8 @@ const char* ErrorKindName(ErrorKind k) {
       return "storage";
     case ErrorKind::kAdminBadRequest:
       return "admin_bad_request";
+    case ErrorKind::kIndexChainFull:
+      return "index_chain_full";
     case ErrorKind::kCount:
       break;
   }

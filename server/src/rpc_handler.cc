@@ -36,6 +36,7 @@ RpcResult Answer(Opcode op, RpcStatus status, uint64_t sequence, uint64_t versio
 RpcStatus StatusFor(const absl::Status& s) {
   switch (s.code()) {
     case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kResourceExhausted:  // a new key's index chain is full
       return RpcStatus::kRejected;
     case absl::StatusCode::kNotFound:
       return RpcStatus::kNotFound;
@@ -229,6 +230,7 @@ RpcResult HandleRpc(std::span<const uint8_t> request, const RpcContext& ctx,
         } else {
           st = StatusFor(v.status());
           if (st == RpcStatus::kNotFound) st = RpcStatus::kInternal;
+          if (absl::IsResourceExhausted(v.status())) Count(ctx, ErrorKind::kIndexChainFull);
           reason = std::string(Sv(v.status().message()));
         }
       } else {

@@ -151,6 +151,25 @@ TEST_F(RpcHandlerTest, StorageErrorsAreInternalAndRetryable) {
   EXPECT_EQ(Send(Req(Opcode::kGet, 31, "x")).status, RpcStatus::kBusy);
 }
 
+// The store refuses a new key whose index chain is at its bound: the client
+// gets REJECTED with the store's reason, the node counts it, and a retry of
+// the same sequence gets the same answer without a second attempt.
+TEST_F(RpcHandlerTest, FullIndexChainIsRejectedAndCounted) {
+  backend_.fail = absl::ResourceExhaustedError("index chain full: max_chain_buckets 16");
+  Reply r = Send(Req(Opcode::kPut, 35, "aimed", "v"));
+  EXPECT_EQ(r.status, RpcStatus::kRejected);
+  EXPECT_NE(r.value.find("index chain full"), std::string::npos);
+  EXPECT_EQ(Errors(ErrorKind::kIndexChainFull), 1u);
+  EXPECT_EQ(Errors(ErrorKind::kStorage), 0u);
+  EXPECT_EQ(Send(Req(Opcode::kPut, 35, "aimed", "v")).status, RpcStatus::kRejected);
+  EXPECT_EQ(backend_.puts, 1);
+  bool exported = false;
+  for (const auto& [name, v] : metrics_.Export()) {
+    exported |= (name == "errors.index_chain_full" && v == 1);
+  }
+  EXPECT_TRUE(exported);
+}
+
 TEST_F(RpcHandlerTest, MalformedRequestsAreRejectedWithTheirSequence) {
   std::string ok = Req(Opcode::kPut, 40, "k", "v");
   std::string unknown = ok;

@@ -55,7 +55,8 @@ enum class ErrorKind : int {
   kRpcTooOld,         // retried write older than the dedupe window (REJECTED)
   kStorage,           // Store error answered INTERNAL
   kAdminBadRequest,
-  kCount,  // not a kind
+  kIndexChainFull,  // PUT of a new key whose index chain is at its bound (REJECTED)
+  kCount,           // not a kind
 };
 
 const char* CounterName(Counter c);      // "ops_put", ...
