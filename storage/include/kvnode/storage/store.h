@@ -87,9 +87,12 @@ struct StoreOptions {
   // ResourceExhausted. Clients know the hash seed (they compute the bucket),
   // so a client can aim keys at one bucket: the bound caps what that costs the
   // node (heap, and the data thread's walk on every write to that chain).
-  // Natural chains stay far below the default: with the automatic bucket
-  // count, reaching 96 keys in one bucket takes tens of times more keys than
-  // the arena has slots.
+  // Natural chains stay below the default: with keys hashed at random, a
+  // store with 6 times more keys than the index has slots (home buckets x 6)
+  // fills a 16-bucket chain with a chance of ~1e-9 (256 MiB arena, automatic
+  // bucket count); at 10 times, expect about one full chain. A store that
+  // holds that many keys wants a larger index (bucket_count) anyway: every
+  // miss walks its chain.
   uint32_t max_chain_buckets = 16;
 
   // How long retired object memory stays untouched before reuse, so that
