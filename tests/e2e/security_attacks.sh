@@ -93,6 +93,9 @@ attack burst --mode burst --n 1000 --node_pid "$KV_PID" \
 attack arena --mode arena_fill --n 700 --value_size 16384
 evictions=$(kv_stat arena.evictions)
 [[ ${evictions:-0} -ge 1 ]] || kv_fail "arena_fill: no eviction counted"
+attack aimed --mode aimed_keys --n 200
+chain_full=$(kv_stat errors.index_chain_full)
+[[ ${chain_full:-0} -ge 1 ]] || kv_fail "aimed_keys: errors.index_chain_full is ${chain_full:-unset}"
 
 # --- admin socket and another uid ---------------------------------------------
 if id nobody >/dev/null 2>&1 && [[ $(id -u) -eq 0 ]]; then

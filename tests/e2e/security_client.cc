@@ -27,6 +27,11 @@
 //                           back); one byte more is REJECTED and not stored
 //   --mode=arena_fill       --n PUTs of --value_size bytes (more than the
 //                           arena holds): all acknowledged and read back
+//   --mode=aimed_keys       keys brute-forced for one home bucket with the
+//                           seed every client gets in the geometry: PUTs
+//                           until one is REJECTED "index chain full" (within
+//                           --n); that key is not stored; after DELETEs of
+//                           the accepted keys it is accepted
 //   --mode=slowloris        --n connections that never finish the handshake
 //                           (no bytes, half a Hello, Hello without ClientQp):
 //                           each cut with Goodbye{idle timeout} in time
@@ -72,6 +77,7 @@
 #include "kvnode/rdma/memory.h"
 #include "kvnode/rdma/mr.h"
 #include "kvnode/rdma/qp.h"
+#include "kvnode/storage/format.h"
 #include "kvnode/storage/limits.h"
 #include "test_peer.h"
 
@@ -503,6 +509,44 @@ int ArenaFill() {
   return by_rpc > 0 ? 0 : (Fail("nothing was evicted: the arena was not full"), 1);
 }
 
+int AimedKeys() {
+  auto s = OpenShared();
+  const storage::Geometry& g = s->g;
+  const uint64_t target = storage::HashKey(g, "aimed-anchor").bucket;
+  std::vector<std::string> accepted;
+  std::string refused;
+  Resp last{};
+  for (uint64_t i = 0; refused.empty() && static_cast<int>(accepted.size()) < FLAGS_n; ++i) {
+    const std::string key = absl::StrCat("aimed-", i);
+    if (storage::HashKey(g, key).bucket != target) continue;
+    last = Rpc(*s, proto::Opcode::kPut, key, "aimed");
+    if (last.status == proto::RpcStatus::kOk) {
+      accepted.push_back(key);
+    } else if (last.status == proto::RpcStatus::kRejected &&
+               last.value.find("index chain full") != std::string::npos) {
+      refused = key;
+    } else {
+      Fail(absl::StrCat("PUT ", key, ": status ", static_cast<int>(last.status), ": ", last.value));
+    }
+  }
+  if (refused.empty()) Fail(absl::StrCat(accepted.size(), " aimed keys accepted, none refused"));
+  if (Get(*s, refused).has_value()) Fail("the refused key was stored");
+  for (const std::string& k : accepted) {
+    if (Rpc(*s, proto::Opcode::kDelete, k).status != proto::RpcStatus::kOk) Fail("DELETE " + k);
+  }
+  Resp again = Rpc(*s, proto::Opcode::kPut, refused, "fits");
+  if (again.status != proto::RpcStatus::kOk)
+    Fail("the refused key still does not fit: " + again.value);
+  std::optional<std::string> got = Get(*s, refused);
+  if (!got.has_value() || *got != "fits") Fail("the refused key did not read back");
+  (void)Rpc(*s, proto::Opcode::kDelete, refused);
+  Goodbye(*s);
+  std::cout << "aimed_keys: bucket " << target << " of " << g.bucket_count << ": "
+            << accepted.size() << " PUTs accepted, the next REJECTED (\"" << last.value
+            << "\") and not stored; after deleting them it was accepted" << std::endl;
+  return 0;
+}
+
 int Slowloris() {
   struct Conn {
     int fd = -1;
@@ -770,6 +814,7 @@ int Main() {
   if (m == "credits") return Credits();
   if (m == "sizes") return Sizes();
   if (m == "arena_fill") return ArenaFill();
+  if (m == "aimed_keys") return AimedKeys();
   if (m == "slowloris") return Slowloris();
   if (m == "burst") return Burst();
   if (m == "admin_probe") return AdminProbe();
