@@ -8,7 +8,9 @@
 //     slot word that publishes it.
 //  2. Every state change of one key is one 8-byte store to that key's slot
 //     (resident -> resident, resident <-> marker, -> empty): a reader sees
-//     the old or the new word, never a state in between.
+//     the old or the new word, never a state in between. The one exception is
+//     a promotion that moves the key (6b): it publishes the new slot before it
+//     clears the old marker, so a reader sees one or both.
 //  3. A retired object's memory is not reused before the grace period has
 //     passed (except under memory pressure); a reader that lands on reused
 //     memory sees a bad checksum, another owner, or another key.
@@ -53,13 +55,16 @@
 //  8. An overflow bucket whose slots are all empty is unlinked (its
 //     predecessor's link takes its own link, tag included), then its tag is
 //     cleared, then it is retired to the ring like an object and freed after
-//     the grace period. A reader that followed the old link reads a bucket
-//     whose tag is no longer the link's (cleared, or a new owner's: tags are
-//     24-bit and never reused for 2^24 - 1 appends) and retries from the home
-//     bucket; one that read it before the clear sees a bucket with no slot in
-//     use and a link to the rest of the chain. Inline objects of the bucket
-//     were retired before it, and the ring releases in order, so none of them
-//     is released into memory the bucket no longer owns.
+//     the grace period (earlier under memory pressure, as in 3). A reader that
+//     followed the old link reads a bucket whose tag is no longer the link's
+//     (cleared; or a new bucket's there: tags are 24-bit and repeat only after
+//     2^24 - 1 appends; or an object's bytes there, equal to the tag only by
+//     chance) and retries from the home bucket; one that read it before the
+//     clear sees a bucket with no slot in use and a link to the rest of the
+//     chain. Whatever it reads, it stops after kMaxChainLength buckets.
+//     Inline objects of the bucket were retired before it, and the ring
+//     releases in order, so none of them is released into memory the bucket
+//     no longer owns.
 #ifndef KVNODE_STORAGE_SRC_INDEX_H_
 #define KVNODE_STORAGE_SRC_INDEX_H_
 
