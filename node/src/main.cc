@@ -44,6 +44,10 @@ DEFINE_string(shm_name, "kvnode-arena",
 DEFINE_bool(keep_arena, false,
             "keep the arena segment at clean shutdown; the next start re-attaches it without a "
             "rebuild when its generation matches RocksDB");
+DEFINE_uint32(
+    max_chain_buckets, 16,
+    "most buckets in one index chain (6 keys each; 1..64): a PUT of a new key whose "
+    "chain is full is REJECTED, so keys aimed at one bucket cost the node a bounded amount");
 DEFINE_string(auth_token_file, "",
               "file with the token clients must present (mode 0600; empty: no authentication)");
 DEFINE_uint32(max_clients, 64, "most concurrent client sessions (each one QP and one window)");
@@ -156,6 +160,7 @@ int main(int argc, char** argv) {
   o.arena_path = FLAGS_arena_path;
   o.shm_name = FLAGS_shm_name;
   o.keep_arena = FLAGS_keep_arena;
+  o.max_chain_buckets = FLAGS_max_chain_buckets;
   o.auth_token_file = FLAGS_auth_token_file;
   o.max_clients = FLAGS_max_clients;
   o.rpc_credits = FLAGS_rpc_credits;

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "kvnode/proto/control.h"
+#include "kvnode/storage/format.h"
 
 namespace kvnode::server {
 namespace {
@@ -132,6 +133,9 @@ absl::Status ServerOptions::Validate() const {
   if (db_path.empty()) return Bad("db_path", "required (RocksDB directory)");
   if (arena_size < (uint64_t{1} << 20)) return Bad("arena_size", "must be at least 1 MiB");
   if (arena_size > (uint64_t{1} << 39)) return Bad("arena_size", "must be at most 512 GiB");
+  if (max_chain_buckets < 1 || max_chain_buckets > storage::kMaxChainLength) {
+    return Bad("max_chain_buckets", absl::StrCat("must be 1..", storage::kMaxChainLength));
+  }
   if (arena_path.empty() && (shm_name.empty() || shm_name.find('/') != std::string::npos)) {
     return Bad("shm_name", "must be a non-empty name without '/'");
   }

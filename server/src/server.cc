@@ -344,6 +344,7 @@ absl::Status ServerImpl::InitSignalsAndAuth() {
   store_options_.shm_name = opt_.shm_name;
   store_options_.arena_file = opt_.arena_path;
   store_options_.arena_size = opt_.arena_size;
+  store_options_.max_chain_buckets = opt_.max_chain_buckets;
 
   // Signals are taken through a signalfd: block them in this thread before
   // any other thread (RocksDB's, the data plane) exists, so all inherit it.

@@ -51,6 +51,15 @@ TEST(ServerOptions, EachBadValueNamesItsFlag) {
   }
   {
     ServerOptions o = Valid();
+    o.max_chain_buckets = 0;
+    ExpectRejected(o, "--max_chain_buckets");
+    o.max_chain_buckets = 65;
+    ExpectRejected(o, "--max_chain_buckets");
+    o.max_chain_buckets = 64;
+    EXPECT_TRUE(o.Validate().ok());
+  }
+  {
+    ServerOptions o = Valid();
     o.memory_windows = "maybe";
     ExpectRejected(o, "--memory_windows");
   }

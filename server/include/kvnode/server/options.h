@@ -49,6 +49,9 @@ struct ServerOptions {
   // whose generation matches RocksDB is re-attached at the next start without
   // a rebuild). Default false: the segment is removed.
   bool keep_arena = false;
+  // --max_chain_buckets. Most buckets in one index chain (home + overflow),
+  // 1..64; a PUT of a new key past it is REJECTED (docs/format.md). Default 16.
+  uint32_t max_chain_buckets = 16;
 
   // --auth_token_file. File holding the token clients must present (trailing
   // newline stripped). Must not be group/world readable. Default "": no auth
