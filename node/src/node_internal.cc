@@ -124,7 +124,7 @@ SessionTable ToSessionTable(const std::vector<server::ClientRecordExport>& recor
     sr.highest_sequence = r.window.has_floor ? r.window.floor : 0;
     for (const server::DedupeEntry& e : r.window.entries) {
       if (sr.window.size() >= kMaxDedupeWindow) break;
-      sr.window.push_back(DedupeEntry{e.sequence, e.status, e.version});
+      sr.window.push_back(DedupeEntry{e.sequence, e.opcode, e.status, e.version});
     }
     t.sessions.push_back(std::move(sr));
   }
@@ -140,7 +140,7 @@ std::vector<server::ClientRecordExport> FromSessionTable(const SessionTable& t) 
     r.window.has_floor = sr.highest_sequence != 0;
     r.window.floor = sr.highest_sequence;
     for (const DedupeEntry& e : sr.window) {
-      r.window.entries.push_back(server::DedupeEntry{e.sequence, 0, e.status, e.version});
+      r.window.entries.push_back(server::DedupeEntry{e.sequence, e.opcode, e.status, e.version});
     }
     out.push_back(std::move(r));
   }

@@ -163,8 +163,10 @@ void Handoff() {
   using namespace upgrade;
   SessionTable t;
   t.next_client_id = 9;
-  t.sessions.push_back({3, 17, {{15, 0, 100}, {16, 0, 101}, {17, 1, 0}}});
-  t.sessions.push_back({5, 2, {{2, 0, 7}}});
+  // Entries as a server records them: (sequence, PUT 2 | DELETE 3, status
+  // OK 0 | NOT_FOUND 1 | REJECTED 2, version).
+  t.sessions.push_back({3, 17, {{15, 2, 0, 100}, {16, 3, 0, 101}, {17, 3, 1, 0}}});
+  t.sessions.push_back({5, 2, {{2, 2, 0, 7}}});
   t.sessions.push_back({8, 0, {}});
   CounterSnapshot c;
   c.counters = {{"gets", 1000}, {"puts", 20}, {"rpc_rejected", 1}};

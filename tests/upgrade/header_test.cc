@@ -10,6 +10,9 @@
 #include <functional>
 #include <string>
 
+#include "absl/strings/str_cat.h"
+#include "kvnode/upgrade/messages.h"
+
 namespace kvnode::upgrade {
 namespace {
 
@@ -53,8 +56,9 @@ TEST(HandoffHeader, EveryCompatFieldExplained) {
     std::string expected, found;
   };
   const std::vector<Case> cases = {
-      {"handoff_protocol_version", [](HandoffHeader& h) { h.handoff_protocol_version = 2; }, "1",
-       "2"},
+      {"handoff_protocol_version",
+       [](HandoffHeader& h) { h.handoff_protocol_version = kHandoffProtocolVersion + 1; },
+       std::to_string(kHandoffProtocolVersion), std::to_string(kHandoffProtocolVersion + 1)},
       {"arena_layout_version", [](HandoffHeader& h) { h.arena_layout_version = 3; }, "1", "3"},
       {"sizeof_arena_header", [](HandoffHeader& h) { h.sizeof_arena_header = 240; }, "232", "240"},
       {"sizeof_limbo_entry", [](HandoffHeader& h) { h.sizeof_limbo_entry = 40; }, "32", "40"},
@@ -215,7 +219,9 @@ TEST(HandoffHeader, TestIncompatibilityIsRefusedWithReason) {
   ASSERT_TRUE(ReadAndValidateHandoffHeader(name, Mine(), expect).ok());
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"layout", "arena_layout_version: expected 1001, found 1"},
-      {"protocol", "handoff_protocol_version: expected 1001, found 1"},
+      {"protocol",
+       absl::StrCat("handoff_protocol_version: expected ", kHandoffProtocolVersion + 1000,
+                    ", found ", kHandoffProtocolVersion)},
       {"struct", "sizeof_arena_header: expected 240, found 232"},
       {"capability", "required_capabilities"},
   };

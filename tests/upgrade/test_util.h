@@ -18,8 +18,10 @@ inline SessionTable SampleSessions(int clients, int window) {
     r.client_id = static_cast<uint64_t>(c) + 7;
     r.highest_sequence = static_cast<uint64_t>(window) * 3 + static_cast<uint64_t>(c);
     for (int i = 0; i < window; ++i) {
-      r.window.push_back({static_cast<uint64_t>(i) * 3 + 1, static_cast<uint8_t>(i % 5),
-                          0x1000000000ULL + static_cast<uint64_t>(i)});
+      // Opcode PUT or DELETE, status OK, NOT_FOUND or REJECTED: what a
+      // server records.
+      r.window.push_back({static_cast<uint64_t>(i) * 3 + 1, static_cast<uint8_t>(2 + i % 2),
+                          static_cast<uint8_t>(i % 3), 0x1000000000ULL + static_cast<uint64_t>(i)});
     }
     t.sessions.push_back(std::move(r));
   }

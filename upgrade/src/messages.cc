@@ -4,6 +4,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "kvnode/proto/rpc.h"
 #include "kvnode/proto/wire.h"
 
 namespace kvnode::upgrade {
@@ -13,7 +14,7 @@ using proto::wire::Av;
 using proto::wire::Reader;
 using proto::wire::StringWriter;
 
-constexpr size_t kDedupeEntrySize = 17;   // u64 sequence, u8 status, u64 version
+constexpr size_t kDedupeEntrySize = 18;   // u64 sequence, u8 opcode, u8 status, u64 version
 constexpr size_t kSessionFixedSize = 20;  // u64 client_id, u64 highest, u32 count
 constexpr size_t kCounterMinSize = 2 + 1 + 8;
 
@@ -46,6 +47,25 @@ absl::Status GetString(Reader& r, std::string_view field, size_t max, std::strin
 
 // --- session table -------------------------------------------------------
 
+// What the server may have recorded (dedupe.h invariant 1): a write, answered
+// definitively. The same rule as the persisted client records (dedupe.cc).
+absl::Status CheckEntry(uint64_t client_id, const DedupeEntry& e) {
+  const auto op = static_cast<proto::Opcode>(e.opcode);
+  const auto st = static_cast<proto::RpcStatus>(e.status);
+  if (op != proto::Opcode::kPut && op != proto::Opcode::kDelete) {
+    return absl::InvalidArgumentError(absl::StrCat("handoff: client ", client_id, " sequence ",
+                                                   e.sequence, ": opcode ",
+                                                   static_cast<int>(e.opcode), " is not a write"));
+  }
+  if (st != proto::RpcStatus::kOk && st != proto::RpcStatus::kNotFound &&
+      st != proto::RpcStatus::kRejected) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("handoff: client ", client_id, " sequence ", e.sequence, ": status ",
+                     static_cast<int>(e.status), " is not a definitive answer"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status PutSessions(StringWriter& w, const SessionTable& t) {
   if (t.next_client_id == 0) {
     return absl::InvalidArgumentError("handoff: SessionTable.next_client_id is 0");
@@ -64,6 +84,9 @@ absl::Status PutSessions(StringWriter& w, const SessionTable& t) {
                                                      s.window.size(), " entries, limit ",
                                                      kMaxDedupeWindow));
     }
+    for (const DedupeEntry& e : s.window) {
+      if (absl::Status st = CheckEntry(s.client_id, e); !st.ok()) return st;
+    }
   }
   w.U64(t.next_client_id);
   w.U32(static_cast<uint32_t>(t.sessions.size()));
@@ -73,6 +96,7 @@ absl::Status PutSessions(StringWriter& w, const SessionTable& t) {
     w.U32(static_cast<uint32_t>(s.window.size()));
     for (const DedupeEntry& e : s.window) {
       w.U64(e.sequence);
+      w.U8(e.opcode);
       w.U8(e.status);
       w.U64(e.version);
     }
@@ -112,7 +136,8 @@ absl::Status GetSessions(Reader& r, SessionTable* t) {
     s.window.resize(n);
     for (DedupeEntry& e : s.window) {
       // Cannot fail: the size was checked above.
-      (void)(r.U64(&e.sequence) && r.U8(&e.status) && r.U64(&e.version));
+      (void)(r.U64(&e.sequence) && r.U8(&e.opcode) && r.U8(&e.status) && r.U64(&e.version));
+      if (absl::Status st = CheckEntry(s.client_id, e); !st.ok()) return st;
     }
     t->sessions.push_back(std::move(s));
   }

@@ -35,7 +35,7 @@ namespace kvnode::upgrade {
 // Version of the handoff messages AND of the conversation. O writes it into
 // the handoff header; N refuses another one there, before any frame flows.
 // Bump on any incompatible change and record it in docs/upgrade.md.
-inline constexpr uint16_t kHandoffProtocolVersion = 1;
+inline constexpr uint16_t kHandoffProtocolVersion = 2;
 
 // "KVNH" as the first four bytes of every frame (read as a little-endian u32).
 inline constexpr uint32_t kHandoffFrameMagic = 0x484e564b;
@@ -69,9 +69,13 @@ std::string HandoffTypeName(uint16_t type);
 
 // One applied write remembered for deduplication: a retry with the same
 // (client_id, sequence) is answered from here, never applied twice.
+// Only what the server records (dedupe.h invariant 1) crosses: the codecs
+// refuse any other opcode or status, so that N never imports, and later
+// persists, an entry that a cold start would reject.
 struct DedupeEntry {
   uint64_t sequence = 0;
-  uint8_t status = 0;    // kvnode::proto RPC status value of the answer (opaque here)
+  uint8_t opcode = 0;    // kvnode::proto::Opcode of the write: PUT or DELETE
+  uint8_t status = 0;    // kvnode::proto::RpcStatus answered: OK, NOT_FOUND or REJECTED
   uint64_t version = 0;  // object version the answer carried
   friend bool operator==(const DedupeEntry&, const DedupeEntry&) = default;
 };
