@@ -138,7 +138,19 @@ absl::StatusOr<std::pair<std::unique_ptr<server::Server>, std::unique_ptr<NewSid
   auto tail = std::unique_ptr<NewSideTail>(new NewSideTail());
   server::InheritedSockets inherited;
   HandOver ho;
-  absl::StatusOr<ReceivedMessage> m = ch.Receive(absl::Now() + upgrade.handover_deadline);
+  SessionTable sessions;
+  // The session table's Sessions messages come first, then HandOver.
+  std::vector<Sessions> chunks;
+  const absl::Time handover_by = absl::Now() + upgrade.handover_deadline;
+  absl::StatusOr<ReceivedMessage> m = ch.Receive(handover_by);
+  while (m.ok() && std::holds_alternative<Sessions>(m->message)) {
+    if (chunks.size() == kMaxSessionChunks) {
+      return fail(absl::InvalidArgumentError("more Sessions messages than the protocol allows"),
+                  true);
+    }
+    chunks.push_back(std::move(std::get<Sessions>(m->message)));
+    m = ch.Receive(handover_by);
+  }
   if (!m.ok()) {
     if (old->WaitExit(absl::Now() + absl::Seconds(2)).ok()) {
       LOG(WARNING) << "upgrade: the old process " << arg->o_pid
@@ -161,6 +173,9 @@ absl::StatusOr<std::pair<std::unique_ptr<server::Server>, std::unique_ptr<NewSid
       if (ho.fd_roles[i] == FdRole::kListenTcp) inherited.listen_fd = m->fds[i].Release();
       if (ho.fd_roles[i] == FdRole::kAdminSocket) inherited.admin_fd = m->fds[i].Release();
     }
+    absl::StatusOr<SessionTable> joined = JoinSessions(std::move(chunks), ho);
+    if (!joined.ok()) return fail(WithContext(joined.status(), "the session table"), true);
+    sessions = std::move(*joined);
   } else {
     return fail(UnexpectedMessage(m->message, "HandOver"), true);
   }
@@ -173,7 +188,7 @@ absl::StatusOr<std::pair<std::unique_ptr<server::Server>, std::unique_ptr<NewSid
   }
   mark("n_open_db");
   if (!tail->alone_) {
-    srv->ImportSessions(FromSessionTable(ho.sessions));
+    srv->ImportSessions(FromSessionTable(sessions));
     const std::vector<std::pair<std::string, uint64_t>> counters = FromCounters(ho.counters);
     srv->metrics().Import(counters);
     metrics->ImportFrom(counters);

@@ -121,11 +121,25 @@ SessionTable ToSessionTable(const std::vector<server::ClientRecordExport>& recor
     sr.client_id = r.client_id;
     // The field carries the window's floor (the highest forgotten sequence;
     // 0 = nothing forgotten), so that N refuses what O would refuse.
-    sr.highest_sequence = r.window.has_floor ? r.window.floor : 0;
-    for (const server::DedupeEntry& e : r.window.entries) {
-      if (sr.window.size() >= kMaxDedupeWindow) break;
+    bool has_floor = r.window.has_floor;
+    uint64_t floor = r.window.floor;
+    // Entries are oldest first. A window larger than the format allows (not
+    // reachable: --dedupe_window <= kMaxDedupeWindow) keeps its newest
+    // entries, the ones a client may still retry, and the floor rises over
+    // the others so that they are refused as too old, never applied again.
+    const size_t n = r.window.entries.size();
+    const size_t skip = n > kMaxDedupeWindow ? n - kMaxDedupeWindow : 0;
+    sr.window.reserve(n - skip);
+    for (size_t i = 0; i < n; ++i) {
+      const server::DedupeEntry& e = r.window.entries[i];
+      if (i < skip) {
+        if (!has_floor || e.sequence > floor) floor = e.sequence;
+        has_floor = true;
+        continue;
+      }
       sr.window.push_back(DedupeEntry{e.sequence, e.opcode, e.status, e.version});
     }
+    sr.highest_sequence = has_floor ? floor : 0;
     t.sessions.push_back(std::move(sr));
   }
   return t;

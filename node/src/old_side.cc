@@ -420,13 +420,37 @@ absl::Status OldSide::Handoff(std::shared_ptr<Attempt> ap) {
   HandOver ho;
   ho.generation = a.new_generation;
   ho.fd_roles = {FdRole::kListenTcp, FdRole::kAdminSocket};
-  ho.sessions = ToSessionTable(*records);
+  // The table travels in Sessions messages before HandOver, as many as its
+  // size needs: HandOver itself stays small whatever the number of clients.
+  SessionTable table = ToSessionTable(*records);
+  absl::StatusOr<std::vector<Sessions>> chunks = SplitSessions(std::move(table.sessions));
+  if (!chunks.ok()) return WithContext(chunks.status(), "splitting the session table");
+  ho.sessions.next_client_id = table.next_client_id;
+  ho.session_chunks = static_cast<uint32_t>(chunks->size());
+  size_t session_records = 0;
+  for (const Sessions& c : *chunks) session_records += c.sessions.size();
   mark("o_handover_prep");
   a.counters_at_handover = server_->metrics().Export();
   metrics_->ExportTo(&a.counters_at_handover);
   ho.counters = ToCounters(a.counters_at_handover);
   const int fds[2] = {server_->listen_fd(), server_->admin_fd()};
   deadline = a.Cap(absl::Now() + absl::Seconds(10));
+  {
+    // N cannot open RocksDB before HandOver: a failure here rolls back like
+    // any step before it.
+    HandoffChannel* sch;
+    {
+      absl::MutexLock l(&a.mu);
+      if (a.abandoned) return absl::AbortedError("the upgrade watchdog took over");
+      if (a.cancel) return absl::CancelledError("canceled by a shutdown signal");
+      sch = &*a.channel;
+    }
+    for (size_t i = 0; i < chunks->size(); ++i) {
+      if (absl::Status s = sch->Send((*chunks)[i], deadline); !s.ok()) {
+        return WithContext(s, absl::StrCat("sending Sessions ", i + 1, " of ", chunks->size()));
+      }
+    }
+  }
   HandoffChannel* ch;
   {
     // From here N may open RocksDB: a rollback must kill N first.
@@ -441,8 +465,9 @@ absl::Status OldSide::Handoff(std::shared_ptr<Attempt> ap) {
   if (absl::Status s = ch->Send(ho, fds, deadline); !s.ok()) {
     return WithContext(s, "sending HandOver");
   }
-  LOG(INFO) << "upgrade: HandOver sent (" << ho.sessions.sessions.size() << " client records, "
-            << ho.counters.counters.size() << " counters)";
+  LOG(INFO) << "upgrade: HandOver sent (" << session_records << " client records in "
+            << ho.session_chunks << " Sessions messages, " << ho.counters.counters.size()
+            << " counters)";
 
   // --- Owned: the point of no return ----------------------------------------------
   deadline = a.Cap(absl::Now() + options_.owned_deadline);

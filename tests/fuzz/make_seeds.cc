@@ -177,6 +177,8 @@ void Handoff() {
       {"ready_imported", Ready{0x55, 0, 77, 1 << 20, 1}},
       {"handover", HandOver{5, {FdRole::kListenTcp, FdRole::kAdminSocket}, t, c}},
       {"handover_empty", HandOver{5, {}, SessionTable{}, CounterSnapshot{}}},
+      {"handover_chunked", HandOver{5, {FdRole::kListenTcp}, SessionTable{}, c, 2}},
+      {"sessions_chunk", Sessions{t.sessions}},
       {"owned", Owned{5, 4242}},
       {"gone", Gone{3, 1, c}},
       {"abort", Abort{static_cast<uint32_t>(AbortCode::kIncompatible), "arena_layout_version"}},

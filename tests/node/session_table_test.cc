@@ -113,5 +113,161 @@ TEST(SessionTable, CodecRefusesEntriesTheServerNeverRecords) {
   EXPECT_TRUE(absl::IsInvalidArgument(DecodeSessionTable(AsBytes(b)).status()));
 }
 
+// --- size: the table travels whatever the number of clients and windows ----
+
+// `clients` records of `window` entries each, sequences 1..window (oldest
+// first, as DedupeWindow::Export gives them).
+std::vector<server::ClientRecordExport> FullRecords(size_t clients, size_t window) {
+  std::vector<server::ClientRecordExport> out(clients);
+  for (size_t c = 0; c < clients; ++c) {
+    out[c].client_id = 0x1000 + c;
+    out[c].window.entries.reserve(window);
+    for (uint64_t i = 1; i <= window; ++i) {
+      out[c].window.entries.push_back(server::DedupeEntry{
+          i, static_cast<uint8_t>(Opcode::kPut), static_cast<uint8_t>(RpcStatus::kOk), i + c});
+    }
+  }
+  return out;
+}
+
+// O's side to N's side through real frames: SplitSessions, each Sessions and
+// the HandOver encoded (refused above kMaxHandoffPayloadSize) and decoded,
+// JoinSessions. Returns what N imports.
+std::vector<server::ClientRecordExport> ThroughFrames(
+    const std::vector<server::ClientRecordExport>& records, size_t* frames) {
+  SessionTable table = ToSessionTable(records);
+  absl::StatusOr<std::vector<Sessions>> chunks = SplitSessions(std::move(table.sessions));
+  EXPECT_TRUE(chunks.ok()) << chunks.status();
+  if (!chunks.ok()) return {};
+  HandOver ho;
+  ho.generation = 2;
+  ho.sessions.next_client_id = table.next_client_id;
+  ho.session_chunks = static_cast<uint32_t>(chunks->size());
+  std::vector<Sessions> received;
+  for (const Sessions& c : *chunks) {
+    std::string f;
+    const absl::Status s = EncodeHandoff(c, &f);
+    EXPECT_TRUE(s.ok()) << s;
+    EXPECT_LE(f.size(), kHandoffFrameHeaderSize + kMaxHandoffPayloadSize);
+    absl::StatusOr<HandoffMessage> m = DecodeHandoff(AsBytes(f));
+    EXPECT_TRUE(m.ok()) << m.status();
+    if (!m.ok()) return {};
+    received.push_back(std::move(std::get<Sessions>(*m)));
+  }
+  std::string f;
+  EXPECT_TRUE(EncodeHandoff(ho, &f).ok());
+  absl::StatusOr<HandoffMessage> m = DecodeHandoff(AsBytes(f));
+  EXPECT_TRUE(m.ok()) << m.status();
+  if (!m.ok()) return {};
+  absl::StatusOr<SessionTable> joined = JoinSessions(std::move(received), std::get<HandOver>(*m));
+  EXPECT_TRUE(joined.ok()) << joined.status();
+  if (!joined.ok()) return {};
+  *frames = chunks->size() + 1;
+  return FromSessionTable(*joined);
+}
+
+// --max_clients' and --max_client_records' 4096 ids with full windows of the
+// default 1024 entries: ~76 MB of table, more than one frame may carry. One
+// HandOver is refused (what made every upgrade of such a node roll back);
+// the table crosses whole in several frames.
+TEST(SessionTableSize, MaximumClientsWithFullWindowsCrossWhole) {
+  const std::vector<server::ClientRecordExport> records = FullRecords(4096, 1024);
+  HandOver single;
+  single.generation = 2;
+  single.sessions = ToSessionTable(records);
+  std::string f;
+  EXPECT_TRUE(absl::IsInvalidArgument(EncodeHandoff(single, &f))) << "the table should not fit";
+  single = HandOver{};
+
+  size_t frames = 0;
+  const std::vector<server::ClientRecordExport> got = ThroughFrames(records, &frames);
+  EXPECT_GT(frames, 2u);
+  ExpectSameRecords(got, records);
+}
+
+// --dedupe_window's largest window, 2^20 entries, crosses whole: the newest
+// answers (the ones a client may still retry) are there. Before, the table
+// kept the OLDEST 65536 entries and lost every newer answer.
+TEST(SessionTableSize, AFullMaximumWindowCrossesWhole) {
+  const size_t window = size_t{1} << 20;
+  const std::vector<server::ClientRecordExport> records = FullRecords(1, window);
+  HandOver ho;
+  ho.generation = 2;
+  ho.sessions = ToSessionTable(records);
+  std::string f;
+  ASSERT_TRUE(EncodeHandoff(ho, &f).ok());
+  absl::StatusOr<HandoffMessage> m = DecodeHandoff(AsBytes(f));
+  ASSERT_TRUE(m.ok()) << m.status();
+  const std::vector<server::ClientRecordExport> got =
+      FromSessionTable(std::get<HandOver>(*m).sessions);
+  ASSERT_EQ(got.size(), 1u);
+  const server::DedupeWindow w = server::DedupeWindow::Import(got[0].window, window);
+  for (uint64_t seq : {uint64_t{1}, uint64_t{65536}, uint64_t{65537}, uint64_t{window}}) {
+    const server::DedupeEntry* e = w.Find(seq);
+    ASSERT_NE(e, nullptr) << "sequence " << seq << " lost";
+    EXPECT_EQ(*e, records[0].window.entries[seq - 1]);
+  }
+}
+
+// A window larger than the format (not reachable from the flags, but the
+// conversion must stay safe): the newest entries cross and the floor rises
+// over the rest, so their retries are refused as too old, never re-applied.
+TEST(SessionTableSize, AnOversizeWindowKeepsTheNewestAndRaisesTheFloor) {
+  const size_t extra = 10;
+  const std::vector<server::ClientRecordExport> records = FullRecords(1, kMaxDedupeWindow + extra);
+  const SessionTable t = ToSessionTable(records);
+  ASSERT_EQ(t.sessions.size(), 1u);
+  ASSERT_EQ(t.sessions[0].window.size(), kMaxDedupeWindow);
+  EXPECT_EQ(t.sessions[0].highest_sequence, extra);  // sequences 1..10 forgotten
+  const std::vector<server::ClientRecordExport> got = FromSessionTable(t);
+  const server::DedupeWindow w = server::DedupeWindow::Import(got[0].window, kMaxDedupeWindow);
+  for (uint64_t seq = 1; seq <= extra; ++seq) EXPECT_TRUE(w.TooOld(seq)) << seq;
+  const uint64_t newest = kMaxDedupeWindow + extra;
+  ASSERT_NE(w.Find(newest), nullptr);
+  EXPECT_EQ(*w.Find(newest), records[0].window.entries.back());
+  ASSERT_NE(w.Find(extra + 1), nullptr);
+}
+
+TEST(SessionTableSize, SplitKeepsOrderAndEveryChunkUnderTheLimit) {
+  std::vector<SessionRecord> records;
+  for (uint64_t c = 1; c <= 50; ++c) {
+    SessionRecord r{c, 0, {}};
+    for (uint64_t i = 0; i < c % 7; ++i) r.window.push_back(DedupeEntry{i + 1, 2, 0, i});
+    records.push_back(std::move(r));
+  }
+  const size_t limit = 200;
+  absl::StatusOr<std::vector<Sessions>> chunks = SplitSessions(records, limit);
+  ASSERT_TRUE(chunks.ok()) << chunks.status();
+  std::vector<SessionRecord> back;
+  for (const Sessions& c : *chunks) {
+    ASSERT_FALSE(c.sessions.empty());
+    std::string f;
+    ASSERT_TRUE(EncodeHandoff(c, &f).ok());
+    EXPECT_LE(f.size() - kHandoffFrameHeaderSize, limit);
+    back.insert(back.end(), c.sessions.begin(), c.sessions.end());
+  }
+  EXPECT_EQ(back, records);
+  EXPECT_TRUE(SplitSessions({}, limit)->empty());
+  // A record alone over the limit: an error, not a frame the peer refuses.
+  SessionRecord big{99, 0, std::vector<DedupeEntry>(20, DedupeEntry{1, 2, 0, 0})};
+  EXPECT_TRUE(absl::IsInvalidArgument(SplitSessions({big}, limit).status()));
+}
+
+TEST(SessionTableSize, JoinRefusesMissingChunksAndDuplicateIds) {
+  HandOver ho;
+  ho.session_chunks = 2;
+  ho.sessions.sessions.push_back(SessionRecord{3, 0, {}});
+  std::vector<Sessions> chunks = {Sessions{{SessionRecord{1, 0, {}}}}};
+  EXPECT_TRUE(absl::IsDataLoss(JoinSessions(chunks, ho).status()));
+  chunks.push_back(Sessions{{SessionRecord{2, 0, {}}}});
+  absl::StatusOr<SessionTable> t = JoinSessions(chunks, ho);
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_EQ(t->sessions.size(), 3u);
+  EXPECT_EQ(t->sessions[0].client_id, 1u);
+  EXPECT_EQ(t->sessions[2].client_id, 3u);
+  chunks[1].sessions[0].client_id = 1;  // the same id in two chunks
+  EXPECT_TRUE(absl::IsInvalidArgument(JoinSessions(chunks, ho).status()));
+}
+
 }  // namespace
 }  // namespace kvnode::upgrade

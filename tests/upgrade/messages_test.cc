@@ -124,8 +124,9 @@ TEST(HandoffMessages, DecoderRefusesDuplicatesAndLies) {
   // Patch an encoded HandOver so that the second client id equals the first.
   HandOver h{1, {}, SampleSessions(2, 0), {}};
   std::string f = Frame(h);
-  // payload: u64 gen, u8 nfds, u64 next, u32 count, [u64 id, u64 hi, u32 n] x2
-  const size_t first = kHandoffFrameHeaderSize + 8 + 1 + 8 + 4;
+  // payload: u64 gen, u8 nfds, u32 chunks, u64 next, u32 count,
+  // [u64 id, u64 hi, u32 n] x2
+  const size_t first = kHandoffFrameHeaderSize + 8 + 1 + 4 + 8 + 4;
   const size_t second = first + 20;
   f.replace(second, 8, f.substr(first, 8));
   absl::StatusOr<HandoffMessage> d = DecodeHandoff(AsBytes(f));

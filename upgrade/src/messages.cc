@@ -66,15 +66,14 @@ absl::Status CheckEntry(uint64_t client_id, const DedupeEntry& e) {
   return absl::OkStatus();
 }
 
-absl::Status PutSessions(StringWriter& w, const SessionTable& t) {
-  if (t.next_client_id == 0) {
-    return absl::InvalidArgumentError("handoff: SessionTable.next_client_id is 0");
-  }
-  if (t.sessions.size() > UINT32_MAX) {
+// u32 count, then the records. Every check a decoder makes, before a byte
+// is written.
+absl::Status PutRecords(StringWriter& w, const std::vector<SessionRecord>& records) {
+  if (records.size() > UINT32_MAX) {
     return absl::InvalidArgumentError("handoff: too many sessions");
   }
   absl::flat_hash_set<uint64_t> seen;
-  for (const SessionRecord& s : t.sessions) {
+  for (const SessionRecord& s : records) {
     if (s.client_id == 0) return absl::InvalidArgumentError("handoff: session with client_id 0");
     if (!seen.insert(s.client_id).second) {
       return absl::InvalidArgumentError(absl::StrCat("handoff: client_id ", s.client_id, " twice"));
@@ -88,9 +87,8 @@ absl::Status PutSessions(StringWriter& w, const SessionTable& t) {
       if (absl::Status st = CheckEntry(s.client_id, e); !st.ok()) return st;
     }
   }
-  w.U64(t.next_client_id);
-  w.U32(static_cast<uint32_t>(t.sessions.size()));
-  for (const SessionRecord& s : t.sessions) {
+  w.U32(static_cast<uint32_t>(records.size()));
+  for (const SessionRecord& s : records) {
     w.U64(s.client_id);
     w.U64(s.highest_sequence);
     w.U32(static_cast<uint32_t>(s.window.size()));
@@ -104,16 +102,27 @@ absl::Status PutSessions(StringWriter& w, const SessionTable& t) {
   return absl::OkStatus();
 }
 
-absl::Status GetSessions(Reader& r, SessionTable* t) {
-  uint32_t count = 0;
-  if (!r.U64(&t->next_client_id) || !r.U32(&count)) return Truncated("SessionTable header");
-  if (t->next_client_id == 0) {
+absl::Status PutSessions(StringWriter& w, const SessionTable& t) {
+  if (t.next_client_id == 0) {
     return absl::InvalidArgumentError("handoff: SessionTable.next_client_id is 0");
   }
+  // Validates everything before writing next_client_id, so a refusal leaves
+  // nothing behind in a caller's buffer either.
+  std::string records;
+  StringWriter rw(&records);
+  if (absl::Status s = PutRecords(rw, t.sessions); !s.ok()) return s;
+  w.U64(t.next_client_id);
+  w.Bytes(records);
+  return absl::OkStatus();
+}
+
+absl::Status GetRecords(Reader& r, std::vector<SessionRecord>* records) {
+  uint32_t count = 0;
+  if (!r.U32(&count)) return Truncated("session count");
   // Never reserve on a count the bytes present cannot back.
-  if (count > r.remaining() / kSessionFixedSize) return Truncated("SessionTable (count too big)");
-  t->sessions.clear();
-  t->sessions.reserve(count);
+  if (count > r.remaining() / kSessionFixedSize) return Truncated("sessions (count too big)");
+  records->clear();
+  records->reserve(count);
   absl::flat_hash_set<uint64_t> seen;
   seen.reserve(count);
   for (uint32_t i = 0; i < count; ++i) {
@@ -139,10 +148,26 @@ absl::Status GetSessions(Reader& r, SessionTable* t) {
       (void)(r.U64(&e.sequence) && r.U8(&e.opcode) && r.U8(&e.status) && r.U64(&e.version));
       if (absl::Status st = CheckEntry(s.client_id, e); !st.ok()) return st;
     }
-    t->sessions.push_back(std::move(s));
+    records->push_back(std::move(s));
   }
   return absl::OkStatus();
 }
+
+absl::Status GetSessions(Reader& r, SessionTable* t) {
+  if (!r.U64(&t->next_client_id)) return Truncated("SessionTable header");
+  if (t->next_client_id == 0) {
+    return absl::InvalidArgumentError("handoff: SessionTable.next_client_id is 0");
+  }
+  return GetRecords(r, &t->sessions);
+}
+
+size_t EncodedRecordSize(const SessionRecord& s) {
+  return kSessionFixedSize + s.window.size() * kDedupeEntrySize;
+}
+
+// One whole client record always fits in one Sessions message.
+static_assert(4 + kSessionFixedSize + kMaxDedupeWindow * kDedupeEntrySize <=
+              kMaxHandoffPayloadSize);
 
 // --- counters --------------------------------------------------------------
 
@@ -235,12 +260,18 @@ absl::Status Put(StringWriter& w, const HandOver& m) {
   for (FdRole role : m.fd_roles) {
     if (absl::Status s = CheckRole(role, seen); !s.ok()) return s;
   }
+  if (m.session_chunks > kMaxSessionChunks) {
+    return TooLong("HandOver.session_chunks", m.session_chunks, kMaxSessionChunks);
+  }
   w.U64(m.generation);
   w.U8(static_cast<uint8_t>(m.fd_roles.size()));
   for (FdRole role : m.fd_roles) w.U8(static_cast<uint8_t>(role));
+  w.U32(m.session_chunks);
   if (absl::Status s = PutSessions(w, m.sessions); !s.ok()) return s;
   return PutCounters(w, m.counters);
 }
+
+absl::Status Put(StringWriter& w, const Sessions& m) { return PutRecords(w, m.sessions); }
 
 absl::Status Put(StringWriter& w, const Owned& m) {
   if (m.pid == 0) return absl::InvalidArgumentError("handoff: Owned.pid is 0");
@@ -301,8 +332,18 @@ absl::StatusOr<HandoffMessage> GetHandOver(Reader& r) {
     if (absl::Status s = CheckRole(role, seen); !s.ok()) return s;
     m.fd_roles.push_back(role);
   }
+  if (!r.U32(&m.session_chunks)) return Truncated("HandOver.session_chunks");
+  if (m.session_chunks > kMaxSessionChunks) {
+    return TooLong("HandOver.session_chunks", m.session_chunks, kMaxSessionChunks);
+  }
   if (absl::Status s = GetSessions(r, &m.sessions); !s.ok()) return s;
   if (absl::Status s = GetCounters(r, &m.counters); !s.ok()) return s;
+  return m;
+}
+
+absl::StatusOr<HandoffMessage> GetSessionsMessage(Reader& r) {
+  Sessions m;
+  if (absl::Status s = GetRecords(r, &m.sessions); !s.ok()) return s;
   return m;
 }
 
@@ -345,6 +386,8 @@ std::string HandoffTypeName(uint16_t type) {
       return "Gone";
     case HandoffType::kAbort:
       return "Abort";
+    case HandoffType::kSessions:
+      return "Sessions";
   }
   return absl::StrCat("Unknown(", type, ")");
 }
@@ -421,6 +464,9 @@ absl::StatusOr<HandoffMessage> DecodeHandoffPayload(const HandoffFrameHeader& h,
     case HandoffType::kAbort:
       m = GetAbort(r);
       break;
+    case HandoffType::kSessions:
+      m = GetSessionsMessage(r);
+      break;
     default:
       return absl::InvalidArgumentError(absl::StrCat("handoff: unknown message type ", h.type));
   }
@@ -448,6 +494,61 @@ absl::StatusOr<HandoffMessage> DecodeHandoff(std::span<const uint8_t> frame) {
                                             " trailing bytes after the frame"));
   }
   return DecodeHandoffPayload(*h, payload);
+}
+
+absl::StatusOr<std::vector<Sessions>> SplitSessions(std::vector<SessionRecord> records,
+                                                    size_t max_payload) {
+  std::vector<Sessions> out;
+  size_t payload = 0;  // of out.back()
+  for (SessionRecord& rec : records) {
+    const size_t size = EncodedRecordSize(rec);
+    if (4 + size > max_payload) {
+      return absl::InvalidArgumentError(absl::StrCat("handoff: the record of client ",
+                                                     rec.client_id, " alone is ", size,
+                                                     " bytes, limit ", max_payload));
+    }
+    if (out.empty() || payload + size > max_payload) {
+      if (out.size() == kMaxSessionChunks) {
+        return TooLong("session table (chunks)", out.size() + 1, kMaxSessionChunks);
+      }
+      out.emplace_back();
+      payload = 4;  // the record count
+    }
+    out.back().sessions.push_back(std::move(rec));
+    payload += size;
+  }
+  return out;
+}
+
+absl::StatusOr<SessionTable> JoinSessions(std::vector<Sessions> chunks, const HandOver& handover) {
+  if (chunks.size() != handover.session_chunks) {
+    return absl::DataLossError(absl::StrCat("handoff: HandOver announces ", handover.session_chunks,
+                                            " Sessions messages, ", chunks.size(), " arrived"));
+  }
+  SessionTable t;
+  t.next_client_id = handover.sessions.next_client_id;
+  size_t total = handover.sessions.sessions.size();
+  for (const Sessions& c : chunks) total += c.sessions.size();
+  t.sessions.reserve(total);
+  absl::flat_hash_set<uint64_t> seen;
+  seen.reserve(total);
+  auto add = [&](SessionRecord&& rec) -> absl::Status {
+    if (!seen.insert(rec.client_id).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("handoff: client_id ", rec.client_id, " twice in the session table"));
+    }
+    t.sessions.push_back(std::move(rec));
+    return absl::OkStatus();
+  };
+  for (Sessions& c : chunks) {
+    for (SessionRecord& rec : c.sessions) {
+      if (absl::Status s = add(std::move(rec)); !s.ok()) return s;
+    }
+  }
+  for (const SessionRecord& rec : handover.sessions.sessions) {
+    if (absl::Status s = add(SessionRecord(rec)); !s.ok()) return s;
+  }
+  return t;
 }
 
 absl::Status EncodeSessionTable(const SessionTable& t, std::string* out) {

@@ -40,8 +40,9 @@ inline constexpr uint16_t kHandoffProtocolVersion = 2;
 // "KVNH" as the first four bytes of every frame (read as a little-endian u32).
 inline constexpr uint32_t kHandoffFrameMagic = 0x484e564b;
 inline constexpr size_t kHandoffFrameHeaderSize = 12;
-// Largest payload accepted; checked from the frame header alone. 64 MiB holds
-// a session table of ~3800 clients with full 1024-entry windows.
+// Largest payload accepted; checked from the frame header alone. A session
+// table that does not fit travels in several Sessions messages (one client
+// record always fits one, see kMaxDedupeWindow).
 inline constexpr size_t kMaxHandoffPayloadSize = size_t{64} << 20;
 // File descriptors one frame may carry (SCM_RIGHTS).
 inline constexpr size_t kMaxHandoffFds = 8;
@@ -51,7 +52,12 @@ inline constexpr size_t kMaxBuildIdSize = 256;
 inline constexpr size_t kMaxAbortMessageSize = 4096;
 inline constexpr size_t kMaxCounterNameSize = 128;
 inline constexpr size_t kMaxCounters = 4096;
-inline constexpr size_t kMaxDedupeWindow = 65536;  // entries per client
+// Entries per client: --dedupe_window's upper limit, so that a window always
+// crosses whole.
+inline constexpr size_t kMaxDedupeWindow = size_t{1} << 20;
+// Sessions messages before one HandOver (a table of 2^32-1 records with
+// full windows is far beyond that anyway).
+inline constexpr size_t kMaxSessionChunks = 1 << 20;
 
 enum class HandoffType : uint16_t {
   kHello = 1,     // N -> O: header accepted; who N is
@@ -60,6 +66,7 @@ enum class HandoffType : uint16_t {
   kOwned = 4,     // N -> O: RocksDB open, N accepting; the point of no return
   kGone = 5,      // O -> N: O drained and deregistered; it exits 0 next
   kAbort = 6,     // either way: the upgrade is off (layout frozen, any version)
+  kSessions = 7,  // O -> N, before HandOver: a part of the session table
 };
 
 // "Hello", ..., "Unknown(N)".
@@ -135,12 +142,23 @@ enum class FdRole : uint8_t {
 };
 
 // O -> N, with len(fd_roles) descriptors attached. O has closed RocksDB.
+// The session table is sessions.sessions plus the records of the
+// `session_chunks` Sessions messages O sent just before (JoinSessions).
 struct HandOver {
   uint64_t generation = 0;       // N's generation (== Hello.generation)
   std::vector<FdRole> fd_roles;  // <= kMaxHandoffFds, no duplicates
   SessionTable sessions;
   CounterSnapshot counters;
+  uint32_t session_chunks = 0;  // <= kMaxSessionChunks
   friend bool operator==(const HandOver&, const HandOver&) = default;
+};
+
+// O -> N, zero or more right before HandOver: client records that would not
+// fit in one frame with the rest. Client ids are unique across all of them
+// and HandOver's own table.
+struct Sessions {
+  std::vector<SessionRecord> sessions;
+  friend bool operator==(const Sessions&, const Sessions&) = default;
 };
 
 // N -> O: N opened RocksDB and accepts on the listener.
@@ -175,7 +193,7 @@ struct Abort {
   friend bool operator==(const Abort&, const Abort&) = default;
 };
 
-using HandoffMessage = std::variant<Hello, Ready, HandOver, Owned, Gone, Abort>;
+using HandoffMessage = std::variant<Hello, Ready, HandOver, Owned, Gone, Abort, Sessions>;
 
 HandoffType TypeOf(const HandoffMessage& m);
 
@@ -206,6 +224,22 @@ struct HandoffFrameHeader {
 [[nodiscard]] absl::StatusOr<SessionTable> DecodeSessionTable(std::span<const uint8_t> in);
 [[nodiscard]] absl::Status EncodeCounters(const CounterSnapshot& c, std::string* out);
 [[nodiscard]] absl::StatusOr<CounterSnapshot> DecodeCounters(std::span<const uint8_t> in);
+
+// --- a session table of any size ------------------------------------------
+
+// Splits `records` into Sessions messages whose payloads are at most
+// `max_payload` bytes each (kMaxHandoffPayloadSize for real; smaller in
+// tests), in order, none empty. Fails only when one record alone does not
+// fit (impossible at kMaxHandoffPayloadSize within kMaxDedupeWindow) or more
+// than kMaxSessionChunks would be needed.
+[[nodiscard]] absl::StatusOr<std::vector<Sessions>> SplitSessions(
+    std::vector<SessionRecord> records, size_t max_payload = kMaxHandoffPayloadSize);
+
+// N's side: the whole table from the Sessions messages received before
+// `handover` (in order) and HandOver's own table. Fails when their number is
+// not handover.session_chunks or a client id appears twice.
+[[nodiscard]] absl::StatusOr<SessionTable> JoinSessions(std::vector<Sessions> chunks,
+                                                        const HandOver& handover);
 
 inline std::span<const uint8_t> AsBytes(std::string_view s) {
   return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
