@@ -212,6 +212,9 @@ class Client::Impl {
   ClientOptions options_;
   ClientStats stats_;
   uint64_t client_id_ = 0;
+  // Welcome.resume_secret of client_id_: a Hello that resumes the id must
+  // present it (the node gives anyone else a fresh id). Zeros while 0.
+  proto::ResumeSecret resume_secret_{};
   uint64_t generation_ = 0;
   std::string endpoint_;  // current endpoint (changes with Move)
   bool closed_ = false;

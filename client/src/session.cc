@@ -161,6 +161,7 @@ absl::Status Client::Impl::StepConnect(Session* s, absl::Time now) {
 absl::Status Client::Impl::SendHello(Session* s, absl::Time now) {
   proto::Hello hello;
   hello.client_id = client_id_;
+  hello.resume_secret = resume_secret_;
   hello.auth_token = options_.auth_token;
   hello.client_name = options_.client_name;
   if (absl::Status st = SendFrame(s->fd.get(), hello); !st.ok()) {
@@ -278,6 +279,7 @@ void Client::Impl::OnReady(Session* s, absl::Time now) {
                  << " assigned " << s->welcome.client_id;
   }
   client_id_ = s->welcome.client_id;
+  resume_secret_ = s->welcome.resume_secret;
   generation_ = s->welcome.server_generation;
   s->state = SessionState::kUp;
   s->last_rx = s->last_tx = now;
@@ -324,6 +326,7 @@ void Client::Impl::HandshakeFailed(absl::Status why, absl::Time now) {
     LOG(WARNING) << "kvclient: " << endpoint_ << " does not know client " << client_id_
                  << "; reconnecting as a new client";
     client_id_ = 0;
+    resume_secret_ = {};
     next_reconnect_ = now;
     return;
   }

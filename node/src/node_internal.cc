@@ -119,6 +119,7 @@ SessionTable ToSessionTable(const std::vector<server::ClientRecordExport>& recor
     if (r.client_id == 0) continue;
     SessionRecord sr;
     sr.client_id = r.client_id;
+    sr.resume_secret = r.secret;
     // The field carries the window's floor (the highest forgotten sequence;
     // 0 = nothing forgotten), so that N refuses what O would refuse.
     bool has_floor = r.window.has_floor;
@@ -151,6 +152,7 @@ std::vector<server::ClientRecordExport> FromSessionTable(const SessionTable& t) 
   for (const SessionRecord& sr : t.sessions) {
     server::ClientRecordExport r;
     r.client_id = sr.client_id;
+    r.secret = sr.resume_secret;
     r.window.has_floor = sr.highest_sequence != 0;
     r.window.floor = sr.highest_sequence;
     for (const DedupeEntry& e : sr.window) {

@@ -78,6 +78,12 @@ bool GetQp(Reader& r, QpInfo* qp) {
          r.U16(&qp->lid) && r.U8(&qp->mtu) && r.U8(&qp->port);
 }
 
+void PutSecret(StringWriter& w, const ResumeSecret& s) {
+  w.Bytes(std::string_view(reinterpret_cast<const char*>(s.data()), s.size()));
+}
+
+bool GetSecret(Reader& r, ResumeSecret* s) { return r.Copy(s->data(), s->size()); }
+
 // ---- per-message encode (payload only) ----
 
 absl::Status EncodePayload(const Hello& m, uint16_t version, StringWriter& w) {
@@ -91,6 +97,7 @@ absl::Status EncodePayload(const Hello& m, uint16_t version, StringWriter& w) {
   }
   w.U16(m.protocol_version);
   w.U64(m.client_id);
+  PutSecret(w, m.resume_secret);
   w.U64(m.features);
   PutString(w, m.auth_token);
   PutString(w, m.client_name);
@@ -108,6 +115,7 @@ absl::Status EncodePayload(const Welcome& m, StringWriter& w) {
     return s;
   }
   w.U64(m.client_id);
+  PutSecret(w, m.resume_secret);
   w.U64(m.server_generation);
   w.U64(m.features);
   PutQp(w, m.server_qp);
@@ -178,7 +186,8 @@ absl::Status EncodePayload(const Error& m, StringWriter& w) {
 absl::StatusOr<ControlMessage> DecodeHello(Reader& r, uint16_t frame_version) {
   Hello m;
   absl::Status err;
-  if (!r.U16(&m.protocol_version) || !r.U64(&m.client_id) || !r.U64(&m.features)) {
+  if (!r.U16(&m.protocol_version) || !r.U64(&m.client_id) || !GetSecret(r, &m.resume_secret) ||
+      !r.U64(&m.features)) {
     return Truncated("Hello");
   }
   if (m.protocol_version != frame_version) {
@@ -196,10 +205,10 @@ absl::StatusOr<ControlMessage> DecodeHello(Reader& r, uint16_t frame_version) {
 absl::StatusOr<ControlMessage> DecodeWelcome(Reader& r) {
   Welcome m;
   absl::Status err;
-  if (!r.U64(&m.client_id) || !r.U64(&m.server_generation) || !r.U64(&m.features) ||
-      !GetQp(r, &m.server_qp) || !r.U32(&m.rkey) || !r.U64(&m.arena_remote_addr) ||
-      !r.U64(&m.arena_size) || !r.U32(&m.max_rpc_credits) || !r.U32(&m.max_rpc_message_size) ||
-      !r.U32(&m.max_key_size) || !r.U32(&m.max_value_size)) {
+  if (!r.U64(&m.client_id) || !GetSecret(r, &m.resume_secret) || !r.U64(&m.server_generation) ||
+      !r.U64(&m.features) || !GetQp(r, &m.server_qp) || !r.U32(&m.rkey) ||
+      !r.U64(&m.arena_remote_addr) || !r.U64(&m.arena_size) || !r.U32(&m.max_rpc_credits) ||
+      !r.U32(&m.max_rpc_message_size) || !r.U32(&m.max_key_size) || !r.U32(&m.max_value_size)) {
     return Truncated("Welcome");
   }
   if (!GetString(r, kMaxIndexGeometrySize, &m.index_geometry, &err, "Welcome.index_geometry")) {

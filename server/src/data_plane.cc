@@ -4,16 +4,21 @@
 
 #include <glog/logging.h>
 #include <poll.h>
+#include <sys/random.h>
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <chrono>
-#include <random>
+#include <cstring>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
 #include "data_plane_internal.h"
+#include "kvnode/proto/control.h"
 #include "kvnode/proto/rpc.h"
 #include "kvnode/rdma/errors.h"
+#include "kvnode/server/control_session.h"
 
 namespace kvnode::server {
 namespace {
@@ -49,6 +54,34 @@ uint64_t NowNs() {
 
 rdma::Deadline ToDeadline(absl::Duration d) {
   return rdma::DeadlineIn(absl::ToChronoNanoseconds(d));
+}
+
+static_assert(sizeof(ResumeSecret) == proto::kResumeSecretSize);
+
+// Fills `n` bytes from the kernel CSPRNG (blocks only until it is seeded at
+// boot).
+absl::Status RandomBytes(void* out, size_t n) {
+  auto* p = static_cast<uint8_t*>(out);
+  while (n > 0) {
+    const ssize_t got = getrandom(p, n, 0);
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      return absl::InternalError(absl::StrCat("getrandom: ", std::strerror(errno)));
+    }
+    p += got;
+    n -= static_cast<size_t>(got);
+  }
+  return absl::OkStatus();
+}
+
+// Constant time in the contents (TokensEqual); a record without a secret
+// (all zeros) is never resumed.
+bool SecretMatches(const ResumeSecret& stored, const ResumeSecret& presented) {
+  if (stored == ResumeSecret{}) return false;
+  auto view = [](const ResumeSecret& s) {
+    return std::string_view(reinterpret_cast<const char*>(s.data()), s.size());
+  };
+  return TokensEqual(view(stored), view(presented));
 }
 
 }  // namespace
@@ -207,14 +240,35 @@ void DataPlane::TrimRecords() {
   }
 }
 
+absl::Status DataPlane::NewClientId(uint64_t* client_id, ResumeSecret* secret) const {
+  do {
+    if (absl::Status st = RandomBytes(client_id, sizeof(*client_id)); !st.ok()) return st;
+  } while (*client_id == 0 || records_.contains(*client_id) || by_client_.contains(*client_id));
+  do {
+    if (absl::Status st = RandomBytes(secret->data(), secret->size()); !st.ok()) return st;
+  } while (*secret == ResumeSecret{});
+  return absl::OkStatus();
+}
+
 absl::StatusOr<SessionSetup> DataPlane::CreateSession(uint64_t conn_id,
                                                       uint64_t requested_client_id,
+                                                      const ResumeSecret& presented_secret,
                                                       std::string peer) {
   if (by_conn_.contains(conn_id)) {
     return absl::AlreadyExistsError(absl::StrCat("connection ", conn_id, " has a session"));
   }
   SessionSetup setup;
-  uint64_t client_id = requested_client_id;
+  uint64_t client_id = 0;
+  if (requested_client_id != 0) {
+    auto rec = records_.find(requested_client_id);
+    if (rec != records_.end() && SecretMatches(rec->second->secret, presented_secret)) {
+      client_id = requested_client_id;
+    } else {
+      // An unknown id (forgotten, or from another node) or a wrong secret:
+      // the Hello proves nothing, so it touches nothing of that id.
+      setup.resume_refused = true;
+    }
+  }
   if (client_id != 0) {
     auto live = by_client_.find(client_id);
     if (live != by_client_.end()) {
@@ -229,11 +283,9 @@ absl::StatusOr<SessionSetup> DataPlane::CreateSession(uint64_t conn_id,
     return absl::ResourceExhaustedError(
         absl::StrCat("all ", config_.max_clients, " client slots in use (--max_clients)"));
   }
+  ResumeSecret fresh_secret{};
   if (client_id == 0) {
-    static thread_local std::mt19937_64 rng{std::random_device{}()};
-    do {
-      client_id = rng();
-    } while (client_id == 0 || records_.contains(client_id));
+    if (absl::Status st = NewClientId(&client_id, &fresh_secret); !st.ok()) return st;
   }
 
   auto s = std::make_unique<Session>();
@@ -274,7 +326,9 @@ absl::StatusOr<SessionSetup> DataPlane::CreateSession(uint64_t conn_id,
 
   free_blocks_.pop_back();
   s->record = RecordFor(client_id);
+  if (fresh_secret != ResumeSecret{}) s->record->secret = fresh_secret;
   setup.client_id = client_id;
+  setup.secret = s->record->secret;
   rdma::PeerInfo local = s->qp->LocalInfo();
   local.mtu = static_cast<uint8_t>(res_.device->active_mtu());
   setup.qp = FromPeer(local);
@@ -403,7 +457,7 @@ std::vector<MrRow> DataPlane::WindowRows() const {
 std::vector<ClientRecordExport> DataPlane::ExportRecords() const {
   std::vector<ClientRecordExport> out;
   out.reserve(records_.size());
-  for (const auto& [id, rec] : records_) out.push_back({id, rec->window.Export()});
+  for (const auto& [id, rec] : records_) out.push_back({id, rec->window.Export(), rec->secret});
   return out;
 }
 
@@ -411,8 +465,8 @@ void DataPlane::ImportRecords(const std::vector<ClientRecordExport>& records) {
   for (const ClientRecordExport& r : records) {
     // A live session keeps pointing at its record: never replace that one.
     if (r.client_id == 0 || by_client_.contains(r.client_id)) continue;
-    auto rec = std::make_unique<ClientRecord>(
-        ClientRecord{r.client_id, DedupeWindow::Import(r.window, config_.dedupe_window), NowNs()});
+    auto rec = std::make_unique<ClientRecord>(ClientRecord{
+        r.client_id, DedupeWindow::Import(r.window, config_.dedupe_window), NowNs(), r.secret});
     records_[r.client_id] = std::move(rec);
   }
   TrimRecords();

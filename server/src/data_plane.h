@@ -67,6 +67,10 @@ struct DataPlaneResources {
 // What the control thread needs to answer Hello.
 struct SessionSetup {
   uint64_t client_id = 0;
+  ResumeSecret secret{};  // Welcome.resume_secret
+  // Set when the Hello asked to resume a client id it did not prove it owns
+  // (unknown id, wrong secret): it got a fresh id instead.
+  bool resume_refused = false;
   proto::QpInfo qp;
   uint32_t rkey = 0;  // predicted rkey of the window (bound at Connect), or the MR's
   // Set when this Hello resumed a client id that had a live session: that
@@ -100,7 +104,12 @@ class DataPlane {
   void Shutdown();
 
   // --- data thread only (call through Post) ---------------------------------
+  // Resumes `requested_client_id` (its record: dedupe window, secret; a
+  // live session of it is replaced) only when `presented_secret` is that
+  // record's secret; any other Hello gets a fresh id and secret from the
+  // kernel CSPRNG, never another client's state.
   absl::StatusOr<SessionSetup> CreateSession(uint64_t conn_id, uint64_t requested_client_id,
+                                             const ResumeSecret& presented_secret,
                                              std::string peer);
   // Client QP info -> RTR/RTS, window bound (waits for the bind completion).
   absl::Status ConnectSession(uint64_t conn_id, const proto::QpInfo& client);
@@ -134,6 +143,8 @@ class DataPlane {
   // Teardown (the order in the file comment). notify: call on_lost_.
   void Reap(Session& s, const std::string& why, std::optional<ErrorKind> kind, bool notify);
   ClientRecord* RecordFor(uint64_t client_id);
+  // A fresh client id (random, != 0, unused) and its secret, from getrandom(2).
+  absl::Status NewClientId(uint64_t* client_id, ResumeSecret* secret) const;
   void TrimRecords();
 
   const DataPlaneConfig config_;

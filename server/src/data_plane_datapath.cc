@@ -74,7 +74,8 @@ bool DataPlane::HandleRequest(Session& s, uint32_t recv_slot, uint32_t byte_len)
   const std::span<const uint8_t> request(res_.pool_base + RecvOffset(s, recv_slot), byte_len);
   const std::span<uint8_t> response(res_.pool_base + SendOffset(s, send_slot),
                                     proto::kMaxRpcMessageSize);
-  const RpcContext ctx{s.client_id, &s.record->window, backend_, writes_paused_, metrics_};
+  const RpcContext ctx{s.client_id,    &s.record->window, backend_,
+                       writes_paused_, metrics_,          &s.record->secret};
   const RpcResult r = HandleRpc(request, ctx, response);
   ++s.ops;
   metrics_->Add(Counter::kBytesIn, byte_len);

@@ -11,9 +11,13 @@ namespace kvnode::server {
 namespace {
 
 // Client record layout, little-endian (docs/format.md "Client records").
-constexpr uint8_t kRecordVersion = 1;
-constexpr size_t kRecordHeader = 20;  // u8 version, u8 flags, u16 count, u64 time, u64 floor
-constexpr size_t kRecordEntry = 18;   // u64 sequence, u8 opcode, u8 status, u64 version
+// Version 2 added the resume secret (version 1 records are refused, and
+// deleted, at load: without a secret their client could not resume anyway).
+constexpr uint8_t kRecordVersion = 2;
+// u8 version, u8 flags, u16 count, u64 time, u64 floor, 16 bytes secret
+constexpr size_t kRecordHeader = 36;
+constexpr size_t kSecretAt = 20;
+constexpr size_t kRecordEntry = 18;  // u64 sequence, u8 opcode, u8 status, u64 version
 constexpr size_t kMaxRecordEntries = 4096;
 constexpr uint8_t kFlagHasFloor = 1;
 
@@ -141,6 +145,7 @@ std::string EncodeClientRecord(const PersistedClient& c) {
   out.push_back(static_cast<char>(n >> 8));
   PutU64(&out, c.written_unix_ms);
   PutU64(&out, floor);
+  out.append(reinterpret_cast<const char*>(c.secret.data()), c.secret.size());
   for (size_t i = first; i < c.window.entries.size(); ++i) {
     const DedupeEntry& e = c.window.entries[i];
     PutU64(&out, e.sequence);
@@ -172,6 +177,8 @@ absl::StatusOr<PersistedClient> DecodeClientRecord(uint64_t client_id, std::stri
   c.window.has_floor = (flags & kFlagHasFloor) != 0;
   c.window.floor = GetU64(b.data() + 12);
   if (!c.window.has_floor && c.window.floor != 0) return bad("floor without its flag");
+  std::copy_n(reinterpret_cast<const uint8_t*>(b.data()) + kSecretAt, c.secret.size(),
+              c.secret.begin());
   for (size_t i = 0; i < n; ++i) {
     const char* p = b.data() + kRecordHeader + i * kRecordEntry;
     DedupeEntry e{GetU64(p), static_cast<uint8_t>(p[8]), static_cast<uint8_t>(p[9]),

@@ -76,6 +76,8 @@ const char* ErrorKindName(ErrorKind k) {
       return "admin_bad_request";
     case ErrorKind::kIndexChainFull:
       return "index_chain_full";
+    case ErrorKind::kResumeRefused:
+      return "resume_refused";
     case ErrorKind::kCount:
       break;
   }

@@ -68,8 +68,10 @@ storage::SideRecord ClientSide(const WriteTag& tag, uint32_t entries, RpcStatus 
       ClientRecordKey(tag.client_id), [&tag, entries, status](const storage::WriteOutcome& o) {
         const DedupeEntry e{tag.sequence, static_cast<uint8_t>(tag.opcode),
                             static_cast<uint8_t>(status), o.version};
-        return EncodeClientRecord(
-            PersistedSnapshot(tag.client_id, *tag.window, e, entries, NowUnixMs()));
+        PersistedClient c = PersistedSnapshot(tag.client_id, *tag.window, e, entries, NowUnixMs());
+        // Without it the client could not resume its id after a cold start.
+        if (tag.secret != nullptr) c.secret = *tag.secret;
+        return EncodeClientRecord(c);
       }};
 }
 
@@ -138,7 +140,7 @@ absl::StatusOr<std::vector<ClientRecordExport>> StoreBackend::LoadClientRecords(
       ForgetClient(recs[i].client_id);  // aged out (--max_client_records)
       continue;
     }
-    out.push_back(ClientRecordExport{recs[i].client_id, std::move(recs[i].window)});
+    out.push_back(ClientRecordExport{recs[i].client_id, std::move(recs[i].window), recs[i].secret});
   }
   return out;
 }
@@ -222,7 +224,7 @@ RpcResult HandleRpc(std::span<const uint8_t> request, const RpcContext& ctx,
       // The backend persists the client's record with the write (the entry
       // recorded below, atomically with the data): a retry after a crash is
       // answered from it.
-      const WriteTag tag{ctx.client_id, ctx.window, r.sequence, r.opcode};
+      const WriteTag tag{ctx.client_id, ctx.window, r.sequence, r.opcode, ctx.secret};
       if (r.opcode == Opcode::kPut) {
         absl::StatusOr<uint64_t> v = ctx.backend->Put(r.key, r.value, tag);
         if (v.ok()) {

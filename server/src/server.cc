@@ -736,10 +736,11 @@ void ServerImpl::OnConnEvents(Conn& c, std::vector<ControlSession::Event>& event
       ++pending_creates_;
       c.data_session = true;
       const uint64_t requested = h->hello.client_id;
+      const ResumeSecret secret = h->hello.resume_secret;
       VLOG(1) << "Hello from " << c.peer << " (" << h->hello.client_name << "), client id "
               << requested;
-      data_->Post([this, id, requested, peer = c.peer] {
-        absl::StatusOr<SessionSetup> setup = data_->CreateSession(id, requested, peer);
+      data_->Post([this, id, requested, secret, peer = c.peer] {
+        absl::StatusOr<SessionSetup> setup = data_->CreateSession(id, requested, secret, peer);
         control_tasks_->Post([this, id, setup = std::move(setup)]() mutable {
           --pending_creates_;
           Conn* c = FindConn(id);
@@ -772,9 +773,18 @@ void ServerImpl::OnConnEvents(Conn& c, std::vector<ControlSession::Event>& event
             CloseConn(*c, false);
             return;
           }
+          if (setup->resume_refused) {
+            // Not proof of an attack (the id may have aged out), but never
+            // another client's state: the Hello starts afresh.
+            metrics_.Error(ErrorKind::kResumeRefused);
+            LOG(WARNING) << "Hello from " << c->peer << " asked to resume a client id it did not "
+                         << "prove it owns (unknown id or wrong resume secret): new client "
+                         << setup->client_id;
+          }
           c->client_id = setup->client_id;
           proto::Welcome w;
           w.client_id = setup->client_id;
+          w.resume_secret = setup->secret;
           w.server_generation = opt_.generation;
           w.features = 0;
           w.server_qp = setup->qp;

@@ -41,9 +41,15 @@
 //   --mode=admin_probe      one admin request; prints what happened
 //   --mode=rpcs             the RPCs of --rpcs in order, one session per
 //                           label (new, or resuming the id --ids gives it);
-//                           prints "rpcs: LABEL client ID seq S OP KEY ->
-//                           STATUS version V value 'X'" per item (retried
-//                           writes, for security_dedupe.sh)
+//                           prints "rpcs: LABEL client ID secret HEX seq S OP
+//                           KEY -> STATUS version V value 'X'" per item
+//                           (retried writes, for security_dedupe.sh)
+//   --mode=hijack           a victim's client id without its resume secret
+//                           (none, one bit off, another client's) and a
+//                           guessed id: each Hello gets a fresh id, the
+//                           victim's live session is not replaced and its
+//                           dedupe window is not the attacker's; the victim
+//                           resumes with its secret
 //
 // Connect, handshake, QP setup, RPC and READ come from test_peer.h (shared
 // with kvnode_raw_client).
@@ -67,6 +73,7 @@
 #include <variant>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -100,7 +107,9 @@ DEFINE_string(cmd, "ping", "admin_probe: the request line");
 DEFINE_string(rpcs, "",
               "rpcs: LABEL:OP:KEY:VALUE:SEQ[:COUNT],... (OP put|delete|get; COUNT requests "
               "with sequences SEQ.., a PUT's value suffixed -I from the second on)");
-DEFINE_string(ids, "", "rpcs: LABEL=CLIENT_ID,... sessions that resume these client ids");
+DEFINE_string(ids, "",
+              "rpcs: LABEL=CLIENT_ID:SECRET_HEX,... sessions that resume these client ids "
+              "(SECRET_HEX: the resume secret the rpcs output printed for it)");
 
 namespace {
 
@@ -119,12 +128,23 @@ const Verbs& Ctx() {
 }
 
 // A session on the process-wide verbs context. qo: our QP's options.
-std::unique_ptr<Session> OpenShared(uint64_t client_id = 0, rdma::QpOptions qo = {}) {
+std::unique_ptr<Session> OpenShared(uint64_t client_id = 0, rdma::QpOptions qo = {},
+                                    const proto::ResumeSecret& secret = {}) {
   OpenOptions o;
   o.client_id = client_id;
+  o.resume_secret = secret;
   o.qp = qo;
   o.verbs = &Ctx();
   return Open(o);
+}
+// Resumes `client_id` with its secret.
+std::unique_ptr<Session> Resume(uint64_t client_id, const proto::ResumeSecret& secret) {
+  return OpenShared(client_id, {}, secret);
+}
+
+std::string Hex(const proto::ResumeSecret& s) {
+  return absl::BytesToHexString(
+      absl::string_view(reinterpret_cast<const char*>(s.data()), s.size()));
 }
 
 // RPC sequences, process-wide: a resumed client id continues its sequence
@@ -307,11 +327,12 @@ int Rejoin() {
   // 1. A client leaves with Goodbye: its rkey is dead for its next session.
   auto s1 = OpenShared();
   const uint64_t id = s1->w.client_id;
+  const proto::ResumeSecret secret = s1->w.resume_secret;
   const uint32_t r1 = s1->w.rkey;
   PutAndReadBack(*s1, "rejoin-probe", 1);
   Goodbye(*s1);
   s1.reset();
-  auto s2 = OpenShared(id);
+  auto s2 = Resume(id, secret);
   if (s2->w.client_id != id) Fail("resumed session got another client id");
   const uint32_t r2 = s2->w.rkey;
   if (r2 == r1) Fail(absl::StrCat("the resumed session got the old rkey ", r1, " again"));
@@ -322,7 +343,7 @@ int Rejoin() {
   Note(absl::StrCat("old rkey ", r1, " after Goodbye: ", ibv_wc_status_str(st), "; cut: ", why2));
   s2.reset();
   // 2. The session was cut by the node (just now): its rkey r2 is dead too.
-  auto s3 = OpenShared(id);
+  auto s3 = Resume(id, secret);
   const uint32_t r3 = s3->w.rkey;
   if (r3 == r2 || r3 == r1) Fail("the session after a cut reuses an old rkey");
   PutAndReadBack(*s3, "rejoin-probe", 3);
@@ -332,6 +353,86 @@ int Rejoin() {
   std::cout << "rejoin: client " << id << " rkeys " << r1 << " -> " << r2 << " -> " << r3
             << ": the rkey of a left and of a cut session fail from the next session's QP"
             << std::endl;
+  return 0;
+}
+
+int Hijack() {
+  using proto::Opcode;
+  using proto::RpcStatus;
+  auto expect = [](const Resp& r, RpcStatus want, const std::string& what) {
+    if (r.status != want) {
+      Fail(absl::StrCat(what, ": ", std::string(proto::RpcStatusName(r.status)), " (expected ",
+                        std::string(proto::RpcStatusName(want)), ") '", r.value, "'"));
+    }
+  };
+  auto v = OpenShared();
+  const uint64_t vid = v->w.client_id;
+  const proto::ResumeSecret vsecret = v->w.resume_secret;
+  if (vsecret == proto::ResumeSecret{}) Fail("the Welcome carried no resume secret");
+  const uint64_t seq = 5000;  // V's write; attackers then use V's next one
+  Resp r = RawRpc(*v, HandRequest(Opcode::kPut, vid, seq, "hijack-k", "victim-1"));
+  expect(r, RpcStatus::kOk, "V's PUT");
+  auto other = OpenShared();  // a second honest client, for its secret
+  proto::ResumeSecret off = vsecret;
+  off[7] ^= 0x10;
+  struct Try {
+    std::string what;
+    uint64_t id;
+    proto::ResumeSecret secret;
+  };
+  const std::vector<Try> tries = {
+      {"V's id without a secret", vid, {}},
+      {"V's id, its secret one bit off", vid, off},
+      {"V's id with another client's secret", vid, other->w.resume_secret},
+      {"a guessed id (with V's secret)", vid ^ 1, vsecret},
+  };
+  uint64_t newest_attack = 0;
+  for (const Try& t : tries) {
+    auto a = OpenShared(t.id, {}, t.secret);
+    const uint64_t aid = a->w.client_id;
+    if (aid == vid || aid == t.id || aid == other->w.client_id) {
+      Fail(absl::StrCat(t.what, ": got client id ", aid, " (asked for ", t.id, ")"));
+    }
+    if (a->w.resume_secret == vsecret || a->w.resume_secret == proto::ResumeSecret{}) {
+      Fail(absl::StrCat(t.what, ": got V's secret or none"));
+    }
+    // V's next sequence, on the attacker's own id: applied in ITS window.
+    Resp ar = RawRpc(*a, HandRequest(Opcode::kPut, aid, seq + 1, "hijack-k2", "attacker"));
+    expect(ar, RpcStatus::kOk, t.what + ": the attacker's PUT");
+    newest_attack = std::max(newest_attack, ar.version);
+    // Naming V's id in a request is refused.
+    expect(RawRpc(*a, HandRequest(Opcode::kPut, vid, seq + 1, "hijack-k2", "as-victim")),
+           RpcStatus::kRejected, t.what + ": a request naming V's id");
+    // V's session was not replaced: it still answers, and nothing else came
+    // on its control connection (PumpLive fails on a Goodbye).
+    expect(RawRpc(*v, HandRequest(Opcode::kPing, vid, 1, "", "alive")), RpcStatus::kOk,
+           t.what + ": V's session after the attack");
+    PumpLive();
+    Goodbye(*a);
+    Note(absl::StrCat(t.what, ": fresh client ", aid, ", V's session untouched"));
+  }
+  // V's own write of that sequence is applied (not answered from an
+  // attacker's entry): a newer version, and its value is the one read.
+  Resp vr = RawRpc(*v, HandRequest(Opcode::kPut, vid, seq + 1, "hijack-k2", "victim-2"));
+  expect(vr, RpcStatus::kOk, "V's PUT of its next sequence");
+  if (vr.version <= newest_attack) {
+    Fail(absl::StrCat("V's PUT answered version ", vr.version, ", not newer than the attackers' ",
+                      newest_attack, ": answered from their window"));
+  }
+  std::optional<std::string> got = Get(*v, "hijack-k2");
+  if (!got.has_value() || *got != "victim-2") Fail("V's value of hijack-k2 was not applied");
+  Goodbye(*v);
+  Goodbye(*other);
+  // V resumes with its secret: same id, and its window answers its retry.
+  auto again = Resume(vid, vsecret);
+  if (again->w.client_id != vid) Fail("V could not resume its id with its secret");
+  Resp retry = RawRpc(*again, HandRequest(Opcode::kPut, vid, seq + 1, "hijack-k2", "victim-2"));
+  expect(retry, RpcStatus::kOk, "V's retry after resuming");
+  if (retry.version != vr.version) Fail("V's retry was not answered from its window");
+  Goodbye(*again);
+  std::cout << "hijack: " << tries.size() << " Hellos naming client " << vid
+            << " or a guessed id without its secret got fresh ids; the victim's session and "
+            << "dedupe window were untouched; it resumed with its secret" << std::endl;
   return 0;
 }
 
@@ -756,12 +857,20 @@ int AdminProbe() {
 // --rpcs "LABEL:OP:KEY:VALUE:SEQ[:COUNT],...": one session per label (a new
 // client id, or the one --ids gives it), the RPCs in order.
 int Rpcs() {
-  std::map<std::string, uint64_t> ids;
+  std::map<std::string, std::pair<uint64_t, proto::ResumeSecret>> ids;
   for (absl::string_view kv : absl::StrSplit(FLAGS_ids, ',', absl::SkipEmpty())) {
-    std::vector<std::string> p = absl::StrSplit(kv, '=');
+    std::vector<std::string> p = absl::StrSplit(kv, absl::ByAnyChar("=:"));
     uint64_t id = 0;
-    if (p.size() != 2 || !absl::SimpleAtoi(p[1], &id)) Fail(absl::StrCat("--ids: '", kv, "'"));
-    ids[p[0]] = id;
+    std::string secret;
+    if (p.size() != 3 || !absl::SimpleAtoi(p[1], &id) ||
+        p[2].size() != 2 * proto::kResumeSecretSize ||
+        p[2].find_first_not_of("0123456789abcdef") != std::string::npos) {
+      Fail(absl::StrCat("--ids: '", kv, "'"));
+    }
+    secret = absl::HexStringToBytes(p[2]);
+    proto::ResumeSecret rs{};
+    std::copy(secret.begin(), secret.end(), rs.begin());
+    ids[p[0]] = {id, rs};
   }
   std::map<std::string, std::unique_ptr<Session>> sessions;
   for (absl::string_view item : absl::StrSplit(FLAGS_rpcs, ',', absl::SkipEmpty())) {
@@ -783,8 +892,8 @@ int Rpcs() {
     }
     std::unique_ptr<Session>& s = sessions[label];
     if (s == nullptr) {
-      const uint64_t want = ids.count(label) ? ids[label] : 0;
-      s = OpenShared(want);
+      const uint64_t want = ids.count(label) ? ids[label].first : 0;
+      s = want != 0 ? Resume(want, ids[label].second) : OpenShared();
       if (want != 0 && s->w.client_id != want) {
         Fail(absl::StrCat("asked to resume client ", want, ", got ", s->w.client_id));
       }
@@ -796,9 +905,10 @@ int Rpcs() {
                                  op == proto::Opcode::kPut ? std::string_view(v) : ""));
       if (r.sequence != seq) Fail("response sequence mismatch");
     }
-    std::cout << "rpcs: " << label << " client " << s->w.client_id << " seq " << seq - 1 << " "
-              << opname << " " << key << " -> " << proto::RpcStatusName(r.status) << " version "
-              << r.version << " value '" << r.value << "'" << std::endl;
+    std::cout << "rpcs: " << label << " client " << s->w.client_id << " secret "
+              << Hex(s->w.resume_secret) << " seq " << seq - 1 << " " << opname << " " << key
+              << " -> " << proto::RpcStatusName(r.status) << " version " << r.version << " value '"
+              << r.value << "'" << std::endl;
   }
   for (auto& [label, s] : sessions) Goodbye(*s);
   return 0;
@@ -810,6 +920,7 @@ int Main() {
   if (m == "bad_auth_qpn") return BadAuthQpn();
   if (m == "window_attack") return WindowAttack();
   if (m == "rejoin") return Rejoin();
+  if (m == "hijack") return Hijack();
   if (m == "max_clients") return MaxClients();
   if (m == "credits") return Credits();
   if (m == "sizes") return Sizes();

@@ -10,6 +10,12 @@
 #   old     C's seq 1 followed by 20 more writes of C: a retry of seq 1, older
 #           than C's persisted entries, is REJECTED (never applied)
 #   new     A's next sequence is applied normally (a newer version)
+#   secrets A and C resume their ids after the restart with the resume
+#           secrets their Welcomes gave (persisted with the records); a Hello
+#           with A's id and no secret gets a fresh id and nothing of A's
+#   hijack  kvnode_security_client --mode hijack: a live victim's id without
+#           its secret (none, one bit off, another client's) and a guessed id
+#           get fresh ids; the victim's session and dedupe window are untouched
 # (The attacks come from kvnode_security_client --mode rpcs: a session per
 # client id, resumed after the restart; the node cannot tell a retry whose
 # answer was lost from one whose answer was received.)
@@ -31,6 +37,7 @@ rpcs() {
 }
 line() { sed -n "$2p" "$1"; } # line FILE N
 client_of() { sed -E 's/.* client ([0-9]+) .*/\1/' <<<"$1"; }
+secret_of() { sed -E 's/.* secret ([0-9a-f]+) .*/\1/' <<<"$1"; }
 status_of() { sed -E 's/.* -> ([A-Z_]+) version.*/\1/' <<<"$1"; }
 version_of() { sed -E 's/.* version ([0-9]+) .*/\1/' <<<"$1"; }
 value_of() { sed -E "s/.* value '(.*)'\$/\\1/" <<<"$1"; }
@@ -48,6 +55,10 @@ d=$(line "$pre" 3)
 A=$(client_of "$a")
 B=$(client_of "$(line "$pre" 1)")
 C=$(client_of "$(line "$pre" 6)")
+SA=$(secret_of "$a")
+SC=$(secret_of "$(line "$pre" 6)")
+[[ $SA =~ ^[0-9a-f]{32}$ && $SA != 00000000000000000000000000000000 ]] ||
+  kv_fail "A's Welcome carried no resume secret: $a"
 expect "$a" OK "" "A's PUT"
 expect "$d" OK "" "A's DELETE of k2"
 va=$(version_of "$a")
@@ -75,7 +86,9 @@ kv_ok "restarted after SIGKILL: $loaded"
 
 # --- the retries (G reads with GET RPCs) -----------------------------------------
 post="$KV_DIR/post.out"
-rpcs "$post" --ids "A=$A,C=$C" --rpcs "A:put:k:a:7,G:get:k::1,A:delete:k2::8,G:get:k2::2,C:put:kc:c-stale:1,G:get:kc::3,A:put:k:a2:9"
+# A and C resume with their secrets (rpcs fails if a resume gets another id):
+# the secrets were persisted with the records and came back at the restart.
+rpcs "$post" --ids "A=$A:$SA,C=$C:$SC" --rpcs "A:put:k:a:7,G:get:k::1,A:delete:k2::8,G:get:k2::2,C:put:kc:c-stale:1,G:get:kc::3,A:put:k:a2:9"
 r=$(line "$post" 1)
 g=$(line "$post" 2)
 expect "$r" OK "$va" "put: A's retried PUT (seq 7)"
@@ -100,6 +113,28 @@ r=$(line "$post" 7)
 expect "$r" OK "" "new: A's next write"
 (($(version_of "$r") > vb2)) || kv_fail "new: A's next write got version $(version_of "$r")"
 kv_ok "new: A's next sequence applied (v$(version_of "$r"))"
+
+kv_ok "secrets: A ($A) and C ($C) resumed their ids after the cold start with their secrets"
+
+# --- a Hello with A's id but not its secret ---------------------------------------
+thief="$KV_DIR/thief.out"
+zero=00000000000000000000000000000000
+"$SEC" --server "$KV_ADDR" --auth_token_file "$KV_TOKEN" --mode rpcs --ids "T=$A:$zero" \
+  --rpcs "T:put:k:thief:9" >"$thief" 2>&1 && kv_fail "a Hello with A's id and no secret resumed A"
+grep -q "asked to resume client $A, got " "$thief" || { cat "$thief" >&2; kv_fail "thief: $(tail -n 1 "$thief")"; }
+post2="$KV_DIR/post2.out"
+rpcs "$post2" --ids "A=$A:$SA" --rpcs "A:put:k:a2:9"
+r=$(line "$post2" 1)
+v9=$(version_of "$(line "$post" 7)")
+expect "$r" OK "$v9" "A's retry of seq 9 after the thief (from A's window)"
+kv_ok "thief: A's id without its secret got a fresh id ($(grep -o 'got [0-9]*' "$thief")); A's window intact (seq 9 answered v$v9)"
+
+# --- live hijack attempts ----------------------------------------------------------
+"$SEC" --server "$KV_ADDR" --auth_token_file "$KV_TOKEN" --mode hijack >"$KV_DIR/hijack.out" 2>&1 ||
+  { cat "$KV_DIR/hijack.out" >&2; kv_fail "hijack: the node did not defend as specified"; }
+kv_ok "$(grep '^hijack:' "$KV_DIR/hijack.out")"
+refused=$(kv_stat errors.resume_refused)
+((refused >= 5)) || kv_fail "errors.resume_refused is $refused, expected >= 5"
 
 hits=$(kv_stat dedupe_hits)
 too_old=$(kv_stat errors.rpc_too_old)

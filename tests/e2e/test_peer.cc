@@ -205,6 +205,7 @@ std::unique_ptr<Session> Open(const OpenOptions& o) {
   s->fd = Dial();
   proto::Hello h;
   h.client_id = o.client_id;
+  h.resume_secret = o.resume_secret;
   h.auth_token = ReadToken();
   h.client_name = Config().tool;
   if (!proto::WriteControl(s->fd, h, Deadline()).ok()) Fail("send Hello");

@@ -96,10 +96,11 @@ struct Session {
 };
 
 struct OpenOptions {
-  uint64_t client_id = 0;        // 0: a new client id; else resume this one
-  rdma::QpOptions qp;            // our QP's options (remote_access forced to 0)
-  const Verbs* verbs = nullptr;  // nullptr: a device, PD and CQ of the session's own
-  bool finish = true;            // false: stop after Welcome (no QP, no Ready)
+  uint64_t client_id = 0;               // 0: a new client id; else resume this one
+  proto::ResumeSecret resume_secret{};  // with client_id: its Welcome.resume_secret
+  rdma::QpOptions qp;                   // our QP's options (remote_access forced to 0)
+  const Verbs* verbs = nullptr;         // nullptr: a device, PD and CQ of the session's own
+  bool finish = true;                   // false: stop after Welcome (no QP, no Ready)
 };
 // Verbs, buffer and MR, then Hello (client name Config().tool, the token)
 // .. Welcome .. QP, ClientQp .. Ready.

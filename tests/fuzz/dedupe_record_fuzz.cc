@@ -28,7 +28,7 @@
 namespace kvnode::server {
 namespace {
 
-constexpr size_t kHeader = 20;
+constexpr size_t kHeader = 36;  // format version 2 (with the resume secret)
 constexpr size_t kEntry = 18;
 constexpr size_t kMaxEntries = 4096;
 

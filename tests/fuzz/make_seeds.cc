@@ -71,8 +71,14 @@ void Control() {
   const std::vector<std::pair<std::string, ControlMessage>> msgs = {
       {"hello",
        Hello{.client_id = 0, .features = 0, .auth_token = "secret", .client_name = "kvload/0.1"}},
-      {"hello_resume", Hello{.client_id = 7, .features = 1, .auth_token = "", .client_name = ""}},
+      {"hello_resume",
+       Hello{.client_id = 7,
+             .resume_secret = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16},
+             .features = 1,
+             .auth_token = "",
+             .client_name = ""}},
       {"welcome", Welcome{.client_id = 7,
+                          .resume_secret = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16},
                           .server_generation = 3,
                           .features = 0,
                           .server_qp = qp,
@@ -455,7 +461,10 @@ void DedupeRecordSeeds() {
   // A first write: one entry, no floor.
   DedupeWindow w(1024);
   const DedupeEntry first = entry(1, Opcode::kPut, RpcStatus::kOk, 5);
-  const std::string one = EncodeClientRecord(PersistedSnapshot(id, w, first, 8, now));
+  PersistedClient one_rec = PersistedSnapshot(id, w, first, 8, now);
+  for (size_t i = 0; i < one_rec.secret.size(); ++i)
+    one_rec.secret[i] = static_cast<uint8_t>(i + 1);
+  const std::string one = EncodeClientRecord(one_rec);
   Write("dedupe_record", "one_put", input(0, key, one));
   Write("dedupe_record", "one_put_fix_cap1", input(1 | (0 << 1), key, one));
   // 20 writes of every definitive answer, the newest 8 kept (the default
@@ -503,8 +512,8 @@ void DedupeRecordSeeds() {
         input(0, key, std::string_view(eight).substr(0, eight.size() - 1)));
   Write("dedupe_record", "cut_entry",
         input(0, key, std::string_view(eight).substr(0, eight.size() - 18)));
-  Write("dedupe_record", "cut_header_only", input(0, key, std::string_view(eight).substr(0, 20)));
-  Write("dedupe_record", "cut_short", input(0, key, std::string_view(eight).substr(0, 19)));
+  Write("dedupe_record", "cut_header_only", input(0, key, std::string_view(eight).substr(0, 36)));
+  Write("dedupe_record", "cut_short", input(0, key, std::string_view(eight).substr(0, 35)));
   // Keys that are not a client record's.
   Write("dedupe_record", "key_upper_hex", input(0, "dedupe/00C0FFEE12345678", one));
   Write("dedupe_record", "key_zero", input(0, ClientRecordKey(0), one));

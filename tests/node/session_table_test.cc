@@ -26,6 +26,7 @@ std::vector<server::ClientRecordExport> SampleRecords() {
   for (uint64_t c = 0; c < 4; ++c) {
     server::ClientRecordExport r;
     r.client_id = 0x9e3779b97f4a7c15ULL * (c + 1);
+    for (size_t i = 0; i < r.secret.size(); ++i) r.secret[i] = static_cast<uint8_t>(c + 3 * i + 1);
     r.window.has_floor = c % 2 == 1;
     r.window.floor = r.window.has_floor ? 100 * c + 5 : 0;
     for (uint64_t i = 0; i < 6 + c; ++i) {
@@ -47,6 +48,7 @@ void ExpectSameRecords(const std::vector<server::ClientRecordExport>& got,
   for (size_t i = 0; i < want.size(); ++i) {
     SCOPED_TRACE(i);
     EXPECT_EQ(got[i].client_id, want[i].client_id);
+    EXPECT_EQ(got[i].secret, want[i].secret);
     EXPECT_EQ(got[i].window.has_floor, want[i].window.has_floor);
     EXPECT_EQ(got[i].window.floor, want[i].window.floor);
     EXPECT_EQ(got[i].window.entries, want[i].window.entries);  // opcode included
@@ -106,8 +108,8 @@ TEST(SessionTable, CodecRefusesEntriesTheServerNeverRecords) {
   t.sessions[0].window[0].status = static_cast<uint8_t>(RpcStatus::kOk);
   ASSERT_TRUE(EncodeSessionTable(t, &b).ok());
   // The same bytes with the opcode patched to 0: refused by the decoder.
-  // Layout: u64 next, u32 n, u64 id, u64 floor, u32 w, u64 sequence, u8 opcode.
-  const size_t opcode_at = 8 + 4 + 8 + 8 + 4 + 8;
+  // Layout: u64 next, u32 n, u64 id, 16 secret, u64 floor, u32 w, u64 sequence, u8 opcode.
+  const size_t opcode_at = 8 + 4 + 8 + 16 + 8 + 4 + 8;
   ASSERT_EQ(b[opcode_at], static_cast<char>(Opcode::kPut));
   b[opcode_at] = 0;
   EXPECT_TRUE(absl::IsInvalidArgument(DecodeSessionTable(AsBytes(b)).status()));

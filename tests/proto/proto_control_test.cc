@@ -25,11 +25,17 @@ QpInfo SampleQp(uint32_t seed) {
 std::vector<ControlMessage> AllMessages() {
   Hello hello;
   hello.client_id = 0x0102030405060708;
+  for (size_t i = 0; i < hello.resume_secret.size(); ++i) {
+    hello.resume_secret[i] = static_cast<uint8_t>(0xa0 + i);
+  }
   hello.features = 0xf0;
   hello.auth_token = std::string("tok\0en", 6);
   hello.client_name = "kvload/0.1";
   Welcome welcome;
   welcome.client_id = 42;
+  for (size_t i = 0; i < welcome.resume_secret.size(); ++i) {
+    welcome.resume_secret[i] = static_cast<uint8_t>(0x30 + 3 * i);
+  }
   welcome.server_generation = 7;
   welcome.features = 1;
   welcome.server_qp = SampleQp(1);
@@ -95,7 +101,7 @@ TEST(ControlTest, HeaderLayoutIsLittleEndian) {
   const std::string f = Encode(Keepalive{0x0807060504030201});
   ASSERT_EQ(f.size(), kFrameHeaderSize + 8);
   EXPECT_EQ(f.substr(0, 4), "KVNC");
-  EXPECT_EQ(f[4], 1);  // version
+  EXPECT_EQ(f[4], static_cast<char>(kProtocolVersion));  // version
   EXPECT_EQ(f[5], 0);
   EXPECT_EQ(f[6], 5);  // type Keepalive
   EXPECT_EQ(f[7], 0);
@@ -175,7 +181,7 @@ TEST(ControlTest, UnknownTypesAreRejected) {
 
 TEST(ControlTest, OtherVersionsAreRejectedButErrorIsReadable) {
   for (const ControlMessage& m : AllMessages()) {
-    for (uint16_t v : {0, 2, 0xffff}) {
+    for (uint16_t v : {0, kProtocolVersion - 1, kProtocolVersion + 1, 0xffff}) {
       std::string f = Encode(m);
       PutLe(f, 4, v, 2);
       absl::StatusOr<ControlMessage> d = DecodeControlFrame(AsBytes(f));
@@ -191,20 +197,52 @@ TEST(ControlTest, OtherVersionsAreRejectedButErrorIsReadable) {
 }
 
 TEST(ControlTest, HelloVersionMustMatchItsFrame) {
+  const uint16_t next = kProtocolVersion + 1;
   Hello h;
-  h.protocol_version = 2;
+  h.protocol_version = next;
   std::string out;
   EXPECT_FALSE(EncodeControl(h, &out).ok());
   EXPECT_TRUE(out.empty());
   // A future client's Hello: encodable with the test override, refused here.
-  ASSERT_TRUE(EncodeControl(h, &out, /*version=*/2).ok());
+  ASSERT_TRUE(EncodeControl(h, &out, /*version=*/next).ok());
   absl::StatusOr<ControlMessage> d = DecodeControlFrame(AsBytes(out));
   ASSERT_FALSE(d.ok());
   EXPECT_TRUE(absl::IsFailedPrecondition(d.status())) << d.status();
-  // Frame v1 carrying a Hello that claims v2.
+  // A frame of this version carrying a Hello that claims the next one.
   std::string f = Encode(Hello{});
-  PutLe(f, kFrameHeaderSize, 2, 2);
+  PutLe(f, kFrameHeaderSize, next, 2);
   EXPECT_FALSE(DecodeControlFrame(AsBytes(f)).ok());
+}
+
+// Version 2: Hello and Welcome carry the 16-byte resume secret right after
+// the client id, and every byte of it crosses.
+TEST(ControlTest, ResumeSecretFollowsTheClientId) {
+  EXPECT_EQ(kProtocolVersion, 2);
+  Hello h = std::get<Hello>(AllMessages()[0]);
+  std::string f = Encode(h);
+  // header, u16 version, u64 client_id, then the secret.
+  const size_t at = kFrameHeaderSize + 2 + 8;
+  EXPECT_EQ(f.substr(at, kResumeSecretSize),
+            std::string(reinterpret_cast<const char*>(h.resume_secret.data()), kResumeSecretSize));
+  for (size_t i = 0; i < kResumeSecretSize; ++i) {
+    std::string g = f;
+    g[at + i] = static_cast<char>(g[at + i] ^ 0x01);
+    absl::StatusOr<ControlMessage> d = DecodeControlFrame(AsBytes(g));
+    ASSERT_TRUE(d.ok()) << d.status();
+    EXPECT_NE(std::get<Hello>(*d).resume_secret, h.resume_secret) << "byte " << i;
+    EXPECT_EQ(std::get<Hello>(*d).client_id, h.client_id);
+  }
+  const Welcome w = std::get<Welcome>(AllMessages()[2]);
+  f = Encode(w);
+  EXPECT_EQ(f.substr(kFrameHeaderSize + 8, kResumeSecretSize),
+            std::string(reinterpret_cast<const char*>(w.resume_secret.data()), kResumeSecretSize));
+  absl::StatusOr<ControlMessage> d = DecodeControlFrame(AsBytes(f));
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(std::get<Welcome>(*d).resume_secret, w.resume_secret);
+  // A Welcome cut inside the secret is a truncation.
+  std::string cut = f.substr(0, kFrameHeaderSize + 8 + 7);
+  PutLe(cut, 8, 8 + 7, 4);
+  EXPECT_TRUE(absl::IsDataLoss(DecodeControlFrame(AsBytes(cut)).status()));
 }
 
 TEST(ControlTest, EncoderRefusesOutOfRangeFields) {
@@ -243,7 +281,7 @@ TEST(ControlTest, EncoderRefusesOutOfRangeFields) {
 TEST(ControlTest, DecoderRefusesOutOfRangeFields) {
   // Patch fields of valid frames in place.
   const std::string welcome = Encode(AllMessages()[2]);
-  const size_t qp_off = kFrameHeaderSize + 24;
+  const size_t qp_off = kFrameHeaderSize + 8 + kResumeSecretSize + 16;
   std::string f = welcome;
   PutLe(f, qp_off, 1 << 24, 4);  // QPN
   EXPECT_TRUE(absl::IsInvalidArgument(DecodeControlFrame(AsBytes(f)).status()));
@@ -256,7 +294,7 @@ TEST(ControlTest, DecoderRefusesOutOfRangeFields) {
 
   // A string length over its limit is refused before it is read.
   std::string hello = Encode(Hello{});
-  PutLe(hello, kFrameHeaderSize + 18, kMaxAuthTokenSize + 1, 2);
+  PutLe(hello, kFrameHeaderSize + 18 + kResumeSecretSize, kMaxAuthTokenSize + 1, 2);
   EXPECT_TRUE(absl::IsInvalidArgument(DecodeControlFrame(AsBytes(hello)).status()));
 
   Move m{MoveReason::kUpgrade, "h:1", 2, 0};

@@ -38,6 +38,7 @@ struct Node {
   std::unique_ptr<storage::Store> store;
   std::unique_ptr<StoreBackend> backend;
   std::map<uint64_t, DedupeWindow> windows;
+  std::map<uint64_t, ResumeSecret> secrets;  // as the data plane holds them
   Metrics metrics;
 
   // load: import the persisted client records, as a cold start does.
@@ -53,6 +54,7 @@ struct Node {
       EXPECT_TRUE(recs.ok()) << recs.status();
       for (const ClientRecordExport& r : *recs) {
         n->windows.emplace(r.client_id, DedupeWindow::Import(r.window, 1024));
+        n->secrets[r.client_id] = r.secret;
       }
     }
     return n;
@@ -64,7 +66,7 @@ struct Node {
     EXPECT_TRUE(proto::EncodeRequest(proto::RequestView{op, client, seq, key, value}, &req).ok());
     std::vector<uint8_t> resp(proto::kMaxRpcMessageSize);
     DedupeWindow& w = windows.try_emplace(client, 1024).first->second;
-    const RpcContext ctx{client, &w, backend.get(), false, &metrics};
+    const RpcContext ctx{client, &w, backend.get(), false, &metrics, &secrets[client]};
     const RpcResult r = HandleRpc(proto::AsBytes(req), ctx, resp);
     auto d = proto::DecodeResponse(std::span<const uint8_t>(resp.data(), r.response_size));
     EXPECT_TRUE(d.ok()) << d.status();
@@ -221,7 +223,7 @@ TEST_F(DedupePersistTest, OneBoundedRecordPerClientAndAgeing) {
   ASSERT_EQ(side->size(), 3u);
   std::map<std::string, std::string> by_key(side->begin(), side->end());
   ASSERT_EQ(by_key.count(ClientRecordKey(kA)), 1u);
-  EXPECT_EQ(by_key[ClientRecordKey(kA)].size(), 20u + 8 * 18);  // the newest 8 entries only
+  EXPECT_EQ(by_key[ClientRecordKey(kA)].size(), 36u + 8 * 18);  // the newest 8 entries only
   // A NOT_FOUND answer is persisted too (a retried DELETE must not delete a
   // value written since).
   auto b = DecodeClientRecord(kB, by_key[ClientRecordKey(kB)]);
@@ -252,6 +254,28 @@ TEST_F(DedupePersistTest, OneBoundedRecordPerClientAndAgeing) {
   side = n->store->ReadSideRecords(kClientRecordPrefix);
   ASSERT_TRUE(side.ok());
   EXPECT_EQ(side->size(), 2u);
+  ASSERT_TRUE(n->store->Close().ok());
+}
+
+// The resume secret is persisted with the record, so that after a cold start
+// the client (and only it) can resume its id and window.
+TEST_F(DedupePersistTest, ResumeSecretSurvivesAColdStart) {
+  const ResumeSecret secret = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+  {
+    std::unique_ptr<Node> n = Node::Open(opts_, true);
+    ASSERT_NE(n, nullptr);
+    n->secrets[kA] = secret;
+    ASSERT_EQ(n->Send(kA, Opcode::kPut, 1, "k", "a").status, RpcStatus::kOk);
+    ASSERT_TRUE(n->store->Close().ok());
+  }
+  std::unique_ptr<Node> n = Node::Open(opts_, true);
+  ASSERT_NE(n, nullptr);
+  EXPECT_EQ(n->secrets[kA], secret);
+  // A version 1 record (no secret) is refused and deleted at load.
+  std::string v1 = EncodeClientRecord(PersistedClient{kB, 1, {}, {}});
+  v1[0] = 1;
+  v1.erase(20, 16);
+  EXPECT_TRUE(absl::IsDataLoss(DecodeClientRecord(kB, v1).status()));
   ASSERT_TRUE(n->store->Close().ok());
 }
 

@@ -111,10 +111,12 @@ TEST(ClientRecord, EncodeDecodeRoundTrip) {
   c.window.has_floor = true;
   c.window.floor = 99;
   c.window.entries = {P(100, 5), P(101, 0, 3, 1), P(102, 0, 2, 2)};
+  for (size_t i = 0; i < c.secret.size(); ++i) c.secret[i] = static_cast<uint8_t>(0xc0 + i);
   const std::string b = EncodeClientRecord(c);
-  EXPECT_EQ(b.size(), 20u + 3 * 18);
+  EXPECT_EQ(b.size(), 36u + 3 * 18);  // version 2: the header holds the resume secret
   absl::StatusOr<PersistedClient> d = DecodeClientRecord(c.client_id, b);
   ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->secret, c.secret);
   EXPECT_EQ(d->written_unix_ms, c.written_unix_ms);
   EXPECT_EQ(d->window.has_floor, true);
   EXPECT_EQ(d->window.floor, 99u);
@@ -138,18 +140,20 @@ TEST(ClientRecord, DecodeRefusesMalformedRecords) {
   };
   bad(good.substr(0, good.size() - 1), "truncated");
   bad(good + "x", "trailing byte");
-  bad(good.substr(0, 19), "short header");
+  bad(good.substr(0, 35), "short header");
   std::string b = good;
-  b[0] = 2;
+  b[0] = 1;  // version 1 had no resume secret
+  bad(b, "version 1");
+  b[0] = 3;
   bad(b, "version");
   b = good;
   b[1] = 4;
   bad(b, "flags");
   b = good;
-  b[20 + 8] = 1;  // GET is never recorded
+  b[36 + 8] = 1;  // GET is never recorded
   bad(b, "opcode");
   b = good;
-  b[20 + 9] = 3;  // BUSY is never recorded (invariant 1)
+  b[36 + 9] = 3;  // BUSY is never recorded (invariant 1)
   bad(b, "status");
   b = good;
   b[12] = 1;  // a floor without its flag

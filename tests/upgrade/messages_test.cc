@@ -125,9 +125,9 @@ TEST(HandoffMessages, DecoderRefusesDuplicatesAndLies) {
   HandOver h{1, {}, SampleSessions(2, 0), {}};
   std::string f = Frame(h);
   // payload: u64 gen, u8 nfds, u32 chunks, u64 next, u32 count,
-  // [u64 id, u64 hi, u32 n] x2
+  // [u64 id, 16 secret, u64 hi, u32 n] x2
   const size_t first = kHandoffFrameHeaderSize + 8 + 1 + 4 + 8 + 4;
-  const size_t second = first + 20;
+  const size_t second = first + 36;
   f.replace(second, 8, f.substr(first, 8));
   absl::StatusOr<HandoffMessage> d = DecodeHandoff(AsBytes(f));
   EXPECT_TRUE(absl::IsInvalidArgument(d.status())) << d.status();
@@ -143,7 +143,7 @@ TEST(HandoffMessages, DecoderRefusesDuplicatesAndLies) {
   std::string one;
   ASSERT_TRUE(EncodeSessionTable(SampleSessions(1, 0), &one).ok());
   const uint32_t big = kMaxDedupeWindow + 1;
-  for (int i = 0; i < 4; ++i) one[12 + 16 + i] = static_cast<char>(big >> (8 * i));
+  for (int i = 0; i < 4; ++i) one[12 + 8 + 16 + 8 + i] = static_cast<char>(big >> (8 * i));
   EXPECT_TRUE(absl::IsInvalidArgument(DecodeSessionTable(AsBytes(one)).status()));
 
   // Counter names: duplicate and too many.
@@ -159,7 +159,7 @@ TEST(HandoffMessages, PlainStructCodecsRoundTrip) {
   const SessionTable t = SampleSessions(5, 1024);
   std::string b;
   ASSERT_TRUE(EncodeSessionTable(t, &b).ok());
-  EXPECT_EQ(b.size(), 12u + 5 * (20 + 1024 * 18));
+  EXPECT_EQ(b.size(), 12u + 5 * (36 + 1024 * 18));
   absl::StatusOr<SessionTable> t2 = DecodeSessionTable(AsBytes(b));
   ASSERT_TRUE(t2.ok()) << t2.status();
   EXPECT_TRUE(*t2 == t);

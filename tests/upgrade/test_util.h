@@ -17,6 +17,9 @@ inline SessionTable SampleSessions(int clients, int window) {
     SessionRecord r;
     r.client_id = static_cast<uint64_t>(c) + 7;
     r.highest_sequence = static_cast<uint64_t>(window) * 3 + static_cast<uint64_t>(c);
+    for (size_t i = 0; i < r.resume_secret.size(); ++i) {
+      r.resume_secret[i] = static_cast<uint8_t>(c * 31 + i + 1);
+    }
     for (int i = 0; i < window; ++i) {
       // Opcode PUT or DELETE, status OK, NOT_FOUND or REJECTED: what a
       // server records.

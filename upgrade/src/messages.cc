@@ -14,8 +14,9 @@ using proto::wire::Av;
 using proto::wire::Reader;
 using proto::wire::StringWriter;
 
-constexpr size_t kDedupeEntrySize = 18;   // u64 sequence, u8 opcode, u8 status, u64 version
-constexpr size_t kSessionFixedSize = 20;  // u64 client_id, u64 highest, u32 count
+constexpr size_t kDedupeEntrySize = 18;  // u64 sequence, u8 opcode, u8 status, u64 version
+// u64 client_id, 16 bytes resume secret, u64 highest, u32 count
+constexpr size_t kSessionFixedSize = 36;
 constexpr size_t kCounterMinSize = 2 + 1 + 8;
 
 absl::Status Truncated(std::string_view what) {
@@ -90,6 +91,8 @@ absl::Status PutRecords(StringWriter& w, const std::vector<SessionRecord>& recor
   w.U32(static_cast<uint32_t>(records.size()));
   for (const SessionRecord& s : records) {
     w.U64(s.client_id);
+    w.Bytes(std::string_view(reinterpret_cast<const char*>(s.resume_secret.data()),
+                             s.resume_secret.size()));
     w.U64(s.highest_sequence);
     w.U32(static_cast<uint32_t>(s.window.size()));
     for (const DedupeEntry& e : s.window) {
@@ -128,7 +131,8 @@ absl::Status GetRecords(Reader& r, std::vector<SessionRecord>* records) {
   for (uint32_t i = 0; i < count; ++i) {
     SessionRecord s;
     uint32_t n = 0;
-    if (!r.U64(&s.client_id) || !r.U64(&s.highest_sequence) || !r.U32(&n)) {
+    if (!r.U64(&s.client_id) || !r.Copy(s.resume_secret.data(), s.resume_secret.size()) ||
+        !r.U64(&s.highest_sequence) || !r.U32(&n)) {
       return Truncated(absl::StrCat("session ", i));
     }
     if (s.client_id == 0) return absl::InvalidArgumentError("handoff: session with client_id 0");

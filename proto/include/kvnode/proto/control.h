@@ -35,7 +35,7 @@ namespace kvnode::proto {
 // The control protocol version this build speaks. A peer that sends another
 // version gets Error{kUnsupportedVersion}. Bump on any incompatible change to
 // a message layout and record it in docs/protocol.md.
-inline constexpr uint16_t kProtocolVersion = 1;
+inline constexpr uint16_t kProtocolVersion = 2;
 
 // "KVNC" as the first four bytes of every frame (read as a little-endian u32).
 inline constexpr uint32_t kFrameMagic = 0x434e564b;
@@ -84,9 +84,19 @@ struct QpInfo {
 // of both sides' bits; unknown bits are ignored. None are defined in v1.
 inline constexpr uint64_t kKnownFeatures = 0;
 
+// The secret that proves a client owns its client id: given in the Welcome
+// that created the id, presented in every Hello that resumes it. 128 bits
+// from the node's kernel CSPRNG; the id alone (also random, but sent in
+// every RPC) grants nothing.
+inline constexpr size_t kResumeSecretSize = 16;
+using ResumeSecret = std::array<uint8_t, kResumeSecretSize>;
+
 struct Hello {
   uint16_t protocol_version = kProtocolVersion;
   uint64_t client_id = 0;  // 0 = new client; else resume this id
+  // With client_id != 0: the secret the Welcome of that id gave (a wrong or
+  // missing one gets a fresh id). With client_id == 0: zeros.
+  ResumeSecret resume_secret{};
   uint64_t features = 0;
   std::string auth_token;   // <= kMaxAuthTokenSize bytes, opaque
   std::string client_name;  // <= kMaxClientNameSize bytes, e.g. "kvload/0.1"
@@ -95,6 +105,7 @@ struct Hello {
 
 struct Welcome {
   uint64_t client_id = 0;          // != 0
+  ResumeSecret resume_secret{};    // present it to resume client_id
   uint64_t server_generation = 0;  // upgrade generation of the serving process
   uint64_t features = 0;
   QpInfo server_qp;

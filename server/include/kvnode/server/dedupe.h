@@ -28,6 +28,7 @@
 #ifndef KVNODE_SERVER_DEDUPE_H_
 #define KVNODE_SERVER_DEDUPE_H_
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -88,17 +89,23 @@ class DedupeWindow {
   uint64_t floor_ = 0;  // highest forgotten sequence
 };
 
+// The secret that proves a Hello owns the client id it resumes (the bytes of
+// proto::ResumeSecret). All zeros = none: such a record is never resumed.
+using ResumeSecret = std::array<uint8_t, 16>;
+
 // What the node remembers about one client id across its sessions.
 struct ClientRecord {
   uint64_t client_id = 0;
   DedupeWindow window;
   uint64_t last_active_ns = 0;  // CLOCK_MONOTONIC of the last session end, for eviction
+  ResumeSecret secret{};        // what a Hello must present to resume client_id
 };
 
 // The session table handed from one process to the next in a live upgrade.
 struct ClientRecordExport {
   uint64_t client_id = 0;
   DedupeWindow::Exported window;
+  ResumeSecret secret{};
 };
 
 // --- Persisted client records (docs/format.md "Client records") -------------
@@ -108,10 +115,12 @@ struct PersistedClient {
   uint64_t client_id = 0;
   uint64_t written_unix_ms = 0;   // wall clock of the write that stored it (ageing)
   DedupeWindow::Exported window;  // newest entries, oldest first, and the floor
+  ResumeSecret secret{};          // so that the client can resume after a cold start
 };
 
 // The record to store with a write that will record `next` in `window`: the
 // newest `keep` entries of the window after that write (`next` included).
+// The secret is left empty: the caller sets it.
 PersistedClient PersistedSnapshot(uint64_t client_id, const DedupeWindow& window,
                                   const DedupeEntry& next, size_t keep, uint64_t now_unix_ms);
 

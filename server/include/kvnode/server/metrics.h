@@ -56,6 +56,7 @@ enum class ErrorKind : int {
   kStorage,           // Store error answered INTERNAL
   kAdminBadRequest,
   kIndexChainFull,  // PUT of a new key whose index chain is at its bound (REJECTED)
+  kResumeRefused,   // Hello resumed a client id without its secret: given a fresh id
   kCount,           // not a kind
 };
 

@@ -33,6 +33,7 @@ struct WriteTag {
   const DedupeWindow* window = nullptr;  // the client's, before this write
   uint64_t sequence = 0;
   proto::Opcode opcode = proto::Opcode::kPut;
+  const ResumeSecret* secret = nullptr;  // the client's, persisted with the record
 };
 
 // The storage the handler writes to. Errors: InvalidArgument (the request was
@@ -90,8 +91,9 @@ struct RpcContext {
   uint64_t client_id = 0;          // the session's id; requests must carry it
   DedupeWindow* window = nullptr;  // the client's
   KvBackend* backend = nullptr;
-  bool writes_paused = false;  // PUT/DELETE answered BUSY (unless deduped)
-  Metrics* metrics = nullptr;  // may be null
+  bool writes_paused = false;            // PUT/DELETE answered BUSY (unless deduped)
+  Metrics* metrics = nullptr;            // may be null
+  const ResumeSecret* secret = nullptr;  // the client's resume secret (WriteTag)
 };
 
 struct RpcResult {

@@ -19,6 +19,7 @@
 #ifndef KVNODE_UPGRADE_MESSAGES_H_
 #define KVNODE_UPGRADE_MESSAGES_H_
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -91,6 +92,9 @@ struct SessionRecord {
   uint64_t client_id = 0;           // != 0
   uint64_t highest_sequence = 0;    // highest sequence applied for this client
   std::vector<DedupeEntry> window;  // <= kMaxDedupeWindow entries, any order
+  // What a Hello must present to resume client_id (control protocol
+  // Welcome.resume_secret); all zeros = none, never resumed.
+  std::array<uint8_t, 16> resume_secret{};
   friend bool operator==(const SessionRecord&, const SessionRecord&) = default;
 };
 
