@@ -422,7 +422,9 @@ int Hijack() {
   std::optional<std::string> got = Get(*v, "hijack-k2");
   if (!got.has_value() || *got != "victim-2") Fail("V's value of hijack-k2 was not applied");
   Goodbye(*v);
+  v.reset();
   Goodbye(*other);
+  other.reset();
   // V resumes with its secret: same id, and its window answers its retry.
   auto again = Resume(vid, vsecret);
   if (again->w.client_id != vid) Fail("V could not resume its id with its secret");
