@@ -240,13 +240,10 @@ void DataPlane::TrimRecords() {
   }
 }
 
-absl::Status DataPlane::NewClientId(uint64_t* client_id, ResumeSecret* secret) const {
+absl::Status DataPlane::NewClientId(uint64_t* client_id) const {
   do {
     if (absl::Status st = RandomBytes(client_id, sizeof(*client_id)); !st.ok()) return st;
   } while (*client_id == 0 || records_.contains(*client_id) || by_client_.contains(*client_id));
-  do {
-    if (absl::Status st = RandomBytes(secret->data(), secret->size()); !st.ok()) return st;
-  } while (*secret == ResumeSecret{});
   return absl::OkStatus();
 }
 
@@ -283,10 +280,16 @@ absl::StatusOr<SessionSetup> DataPlane::CreateSession(uint64_t conn_id,
     return absl::ResourceExhaustedError(
         absl::StrCat("all ", config_.max_clients, " client slots in use (--max_clients)"));
   }
-  ResumeSecret fresh_secret{};
   if (client_id == 0) {
-    if (absl::Status st = NewClientId(&client_id, &fresh_secret); !st.ok()) return st;
+    if (absl::Status st = NewClientId(&client_id); !st.ok()) return st;
   }
+  // Drawn before anything is allocated: used if the record is new.
+  ResumeSecret fresh_secret{};
+  do {
+    if (absl::Status st = RandomBytes(fresh_secret.data(), fresh_secret.size()); !st.ok()) {
+      return st;
+    }
+  } while (fresh_secret == ResumeSecret{});
 
   auto s = std::make_unique<Session>();
   s->conn_id = conn_id;
@@ -326,7 +329,9 @@ absl::StatusOr<SessionSetup> DataPlane::CreateSession(uint64_t conn_id,
 
   free_blocks_.pop_back();
   s->record = RecordFor(client_id);
-  if (fresh_secret != ResumeSecret{}) s->record->secret = fresh_secret;
+  // A new id's record (or a resumed id's whose record was aged out while its
+  // old session was torn down) gets its secret here; a resumed id keeps its.
+  if (s->record->secret == ResumeSecret{}) s->record->secret = fresh_secret;
   setup.client_id = client_id;
   setup.secret = s->record->secret;
   rdma::PeerInfo local = s->qp->LocalInfo();

@@ -143,8 +143,8 @@ class DataPlane {
   // Teardown (the order in the file comment). notify: call on_lost_.
   void Reap(Session& s, const std::string& why, std::optional<ErrorKind> kind, bool notify);
   ClientRecord* RecordFor(uint64_t client_id);
-  // A fresh client id (random, != 0, unused) and its secret, from getrandom(2).
-  absl::Status NewClientId(uint64_t* client_id, ResumeSecret* secret) const;
+  // A fresh client id (random, != 0, unused), from getrandom(2).
+  absl::Status NewClientId(uint64_t* client_id) const;
   void TrimRecords();
 
   const DataPlaneConfig config_;
