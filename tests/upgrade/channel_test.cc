@@ -350,5 +350,50 @@ TEST(HandoffChannel, LargeHandOverWithFds) {
   EXPECT_GT(r->fds[0].get(), 2);
 }
 
+// A session table larger than one frame may carry (4096 ids with full
+// 1024-entry windows, ~76 MB) crosses a real channel as O sends it -- Sessions
+// messages of up to 64 MiB, then HandOver -- and N's loop puts it together.
+TEST(HandoffChannel, SessionTableOverThePayloadLimitCrossesInSessionsMessages) {
+  absl::StatusOr<HandoffChannel::Pair> pair = HandoffChannel::CreatePair();
+  ASSERT_TRUE(pair.ok());
+  absl::StatusOr<HandoffChannel> n = HandoffChannel::Adopt(pair->child_end.Release(), getpid());
+  ASSERT_TRUE(n.ok());
+  pair->parent.SetPeerPid(getpid());
+  const SessionTable table = testing::SampleSessions(4096, 1024);
+  absl::StatusOr<std::vector<Sessions>> chunks = SplitSessions(table.sessions);
+  ASSERT_TRUE(chunks.ok()) << chunks.status();
+  ASSERT_GE(chunks->size(), 2u);
+  HandOver ho{9,
+              {FdRole::kAdminSocket},
+              SessionTable{table.next_client_id, {}},
+              testing::SampleCounters(),
+              static_cast<uint32_t>(chunks->size())};
+  absl::Status sent;
+  std::thread sender([&] {
+    for (const Sessions& c : *chunks) {
+      sent = pair->parent.Send(c, Soon());
+      if (!sent.ok()) return;
+    }
+    const int fds[] = {1};
+    sent = pair->parent.Send(ho, fds, Soon());
+  });
+  // new_side.cc's loop.
+  std::vector<Sessions> received;
+  absl::StatusOr<ReceivedMessage> r = n->Receive(Soon());
+  while (r.ok() && std::holds_alternative<Sessions>(r->message)) {
+    received.push_back(std::move(std::get<Sessions>(r->message)));
+    r = n->Receive(Soon());
+  }
+  sender.join();
+  ASSERT_TRUE(sent.ok()) << sent;
+  ASSERT_TRUE(r.ok()) << r.status();
+  const HandOver* got = std::get_if<HandOver>(&r->message);
+  ASSERT_NE(got, nullptr);
+  EXPECT_EQ(received.size(), chunks->size());
+  absl::StatusOr<SessionTable> joined = JoinSessions(std::move(received), *got);
+  ASSERT_TRUE(joined.ok()) << joined.status();
+  EXPECT_TRUE(*joined == table);
+}
+
 }  // namespace
 }  // namespace kvnode::upgrade
