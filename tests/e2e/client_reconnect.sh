@@ -42,6 +42,10 @@ assert r["client"]["reconnects"] >= 4, f"expected every client to reconnect: {r[
 print(f"reconnects {r['client']['reconnects']}, resends {r['client']['rpc_resends']}, "
       f"blackout {r.get('blackout_ms')} ms, ops {r['ops']}")
 PY
+# The clients resumed their ids with their resume secrets (persisted with
+# their dedupe records and reloaded at the restart): none got a fresh id.
+refused=$(kv_stat errors.resume_refused)
+[[ $refused == 0 ]] || kv_fail "errors.resume_refused=$refused: clients lost their ids"
 "$KV_KVLOAD" --audit "$acks" --server "127.0.0.1:$port" --auth_token_file "$KV_TOKEN" ||
   kv_fail "audit after the restart failed"
 kv_ok "clients reconnected across a node restart with zero failed operations"

@@ -101,6 +101,11 @@ ups=$(kv_stat upgrades)
 # loaded host that happens now and then, so cuts are reported, not failed.
 [[ ${cut%.*} -eq 0 ]] || kv_log "note: $cut clients were cut at the Move deadline (they reconnected)"
 kv_ok "counters carried over: upgrades=$ups, clients migrated=$moved, cut=$cut"
+# Every client that moved (or reconnected after a cut) presented its id's
+# resume secret -- libkvclient keeps it, the handoff carries it -- so none
+# was given a fresh id (which would drop its dedupe window).
+refused=$(kv_stat errors.resume_refused)
+[[ $refused == 0 ]] || kv_fail "errors.resume_refused=$refused: clients lost their ids"
 
 rc=0
 "$KV_KVLOAD" --audit "$acks" --server "$KV_ADDR" --auth_token_file "$KV_TOKEN" \
