@@ -33,6 +33,15 @@ cmake --fresh -S . -B build -DCMAKE_BUILD_TYPE=Release -DKVNODE_WERROR=ON >build
   { cat build/configure.log; exit 1; }
 cmake --build build -j "$jobs"
 
+# The lock annotations (ABSL_GUARDED_BY, ...) are checked by clang only.
+echo "== clang -Wthread-safety -Werror: the libraries (build-tsa/)"
+CC=clang CXX=clang++ cmake --fresh -S . -B build-tsa -DCMAKE_BUILD_TYPE=Debug -DKVNODE_WERROR=ON \
+  -DCMAKE_CXX_FLAGS=-Wthread-safety >build/configure-tsa.log || { cat build/configure-tsa.log; exit 1; }
+cmake --build build-tsa -j "$jobs" --target kvbase kvrdma kvstorage kvproto kvupgrade kvserver \
+  kvnode_node kvclient kvload_core kvfill_lib >build/build-tsa.log ||
+  { grep -B2 -A6 -E 'error|warning' build/build-tsa.log; exit 1; }
+echo "thread-safety analysis: clean"
+
 echo "== unit tests (host)"
 (cd build && ctest -L unit --output-on-failure --no-tests=error -j "$jobs" "${filter[@]}") | tee build/unit.log
 ((unit_only)) && exit 0

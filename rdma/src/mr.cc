@@ -138,6 +138,7 @@ absl::Status Mr::DeregisterNow() {
     // Rule 4: windows first.
     while (!windows_.empty()) {
       Mw* w = windows_.back();
+      w->pd_->graph_mu().AssertHeld();  // same Pd, same lock (PostBindMw checks)
       absl::Status s = w->DeallocLocked();
       std::shared_ptr<Mr> link;
       w->UnlinkLocked(&link);  // also erases it from windows_

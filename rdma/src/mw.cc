@@ -132,12 +132,14 @@ absl::Status Mw::DeallocLocked() {
 
 void Mw::UnlinkLocked(std::shared_ptr<Mr>* released_mr) {
   if (mr_ != nullptr) {
+    mr_->pd_->graph_mu().AssertHeld();  // same Pd, same lock (PostBindMw checks)
     auto& v = mr_->windows_;
     v.erase(std::remove(v.begin(), v.end(), this), v.end());
     *released_mr = std::move(mr_);
     mr_ = nullptr;
   }
   if (qp_ != nullptr) {
+    qp_->pd_->graph_mu().AssertHeld();  // same Pd, same lock (PostBindMw checks)
     auto& v = qp_->windows_;
     v.erase(std::remove(v.begin(), v.end(), this), v.end());
     qp_ = nullptr;

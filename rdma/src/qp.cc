@@ -149,6 +149,7 @@ Qp::~Qp() {
 void Qp::ReleaseWindowsLocked(std::vector<std::shared_ptr<Mr>>* released) {
   while (!windows_.empty()) {
     Mw* w = windows_.back();
+    w->pd_->graph_mu().AssertHeld();  // same Pd, same lock (PostBindMw checks)
     absl::Status s = w->DeallocLocked();
     if (!s.ok()) {
       LOG(ERROR) << "kvrdma: QP '" << options_.label << "': deallocating bound window '"

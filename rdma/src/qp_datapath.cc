@@ -170,6 +170,7 @@ bool Qp::OnCompletion(const ibv_wc& wc, Completion* out) {
       std::shared_ptr<Mr> released;
       {
         absl::MutexLock g(&pd_->graph_mu());
+        s.mw->pd_->graph_mu().AssertHeld();  // same Pd, same lock (PostBindMw checks)
         s.mw->UnlinkLocked(&released);
       }
     }
@@ -212,6 +213,8 @@ absl::StatusOr<uint32_t> Qp::PostBindMw(uint64_t wr_id, const std::shared_ptr<Mw
   Slot& s = send_slots_[idx];
   uint32_t new_rkey = 0;
   absl::MutexLock g(&pd_->graph_mu());
+  mw->pd_->graph_mu().AssertHeld();  // the same lock: one Pd (checked above)
+  mr->pd_->graph_mu().AssertHeld();
   if (mw->mw_ == nullptr) {
     return WithKind(absl::FailedPreconditionError(
                         absl::StrCat("PostBindMw: window '", mw->label(), "' was deallocated")),
@@ -266,10 +269,14 @@ absl::StatusOr<uint32_t> Qp::PostBindMw(uint64_t wr_id, const std::shared_ptr<Mw
 
 absl::Status Qp::PostInvalidateMw(uint64_t wr_id, const std::shared_ptr<Mw>& mw) {
   if (mw == nullptr) return absl::InvalidArgumentError("PostInvalidateMw: null mw");
+  if (mw->pd_ != pd_) {
+    return absl::InvalidArgumentError("PostInvalidateMw: window and QP must share one PD");
+  }
   if (send_free_.empty()) return QueueFull(options_.label, "send");
   const uint32_t idx = send_free_.back();
   Slot& s = send_slots_[idx];
   absl::MutexLock g(&pd_->graph_mu());
+  mw->pd_->graph_mu().AssertHeld();  // the same lock: one Pd (checked above)
   if (mw->mw_ == nullptr) {
     return WithKind(absl::FailedPreconditionError(absl::StrCat("PostInvalidateMw: window '",
                                                                mw->label(), "' was deallocated")),

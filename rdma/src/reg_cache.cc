@@ -70,6 +70,7 @@ absl::StatusOr<RegisteredBuffer> ChunkPool::Allocate(uint32_t size) {
         RdmaErrorKind::kClosed);
   }
   auto take = [&](int ci) -> std::optional<uint64_t> {
+    mu_.AssertHeld();  // called below under the lock; tells the analysis
     Chunk& c = *chunks_[ci];
     for (auto it = c.free.begin(); it != c.free.end(); ++it) {
       if (it->second < want) continue;
@@ -289,6 +290,7 @@ RegistrationCache::~RegistrationCache() {
 
 absl::Status RegistrationCache::EvictFor(uint64_t incoming) {
   std::vector<RegKey> victims = policy_.PickVictims(incoming, [this](const RegKey& k) {
+    mu_.AssertHeld();  // PickVictims calls back synchronously, under EvictFor's lock
     const Mr& mr = *mrs_.at(k);
     return mr.references() > 0 || mr.outstanding_wrs() > 0;
   });

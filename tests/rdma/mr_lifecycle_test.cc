@@ -337,6 +337,21 @@ TEST_F(MrLifecycleTest, WrongTeardownOrderCannotBeWritten) {
   EXPECT_TRUE(weak_dev.expired());
 }
 
+// A window of another PD is refused by both window operations: the QP's PD
+// lock guards the binding graph, so it must be the window's lock too.
+TEST_F(MrLifecycleTest, WindowOfAnotherPdIsRefused) {
+  SetUpPair(IBV_ACCESS_MW_BIND | IBV_ACCESS_LOCAL_WRITE, /*iova=*/0);
+  if (HasFatalFailure() || IsSkipped()) return;
+  if (!lb_->device->caps().mw_type2) GTEST_SKIP() << "device has no type-2 windows";
+  KVR_ASSERT_OK_AND_ASSIGN(std::shared_ptr<Pd> other_pd, Pd::Create(lb_->device));
+  KVR_ASSERT_OK_AND_ASSIGN(std::shared_ptr<Mw> mw, Mw::Allocate(other_pd, MwType::kType2, "w"));
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      lb_->b->PostBindMw(1, mw, remote_mr_, 0, 4096, IBV_ACCESS_REMOTE_READ).status()));
+  const absl::Status inv = lb_->b->PostInvalidateMw(2, mw);
+  EXPECT_TRUE(absl::IsInvalidArgument(inv)) << inv;
+  EXPECT_FALSE(mw->bound());
+}
+
 TEST_F(MrLifecycleTest, RegistrationBeyondMemlockAsNonRootFailsClearly) {
   KVNODE_REQUIRE_DEVICE(dev);
   device_checked_ = true;

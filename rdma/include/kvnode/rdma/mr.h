@@ -139,7 +139,7 @@ class Mr : public std::enable_shared_from_this<Mr> {
   RefGate gate_;
   mutable absl::Mutex mu_;  // guards mr_ (deregistration)
   // Windows currently bound to this MR (links owned by Mw).
-  std::vector<Mw*> windows_;  // guarded by pd_->graph_mu()
+  std::vector<Mw*> windows_ ABSL_GUARDED_BY(pd_->graph_mu());
 };
 
 // A counted reference to an Mr (see rule 2). Move-only; releases on

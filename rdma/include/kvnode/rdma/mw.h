@@ -30,6 +30,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kvnode/rdma/pd.h"
@@ -68,18 +69,18 @@ class Mw {
   enum class State { kUnbound, kBound, kDead };
 
   Mw() = default;
-  // All require pd_->graph_mu() held.
-  absl::Status DeallocLocked();
-  void UnlinkLocked(std::shared_ptr<Mr>* released_mr);
+  absl::Status DeallocLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(pd_->graph_mu());
+  void UnlinkLocked(std::shared_ptr<Mr>* released_mr)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(pd_->graph_mu());
 
   std::shared_ptr<Pd> pd_;
   ibv_mw* mw_ = nullptr;  // null once deallocated
   MwType type_ = MwType::kType2;
   std::string label_;
   std::atomic<uint32_t> rkey_{0};
-  State state_ = State::kUnbound;  // guarded by pd_->graph_mu()
-  std::shared_ptr<Mr> mr_;         // guarded by pd_->graph_mu(); set while bound
-  Qp* qp_ = nullptr;               // guarded by pd_->graph_mu(); type 2 while bound
+  State state_ ABSL_GUARDED_BY(pd_->graph_mu()) = State::kUnbound;
+  std::shared_ptr<Mr> mr_ ABSL_GUARDED_BY(pd_->graph_mu());  // set while bound
+  Qp* qp_ ABSL_GUARDED_BY(pd_->graph_mu()) = nullptr;        // type 2 while bound
 };
 
 }  // namespace kvnode::rdma

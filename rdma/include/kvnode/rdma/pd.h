@@ -15,6 +15,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "kvnode/rdma/device.h"
@@ -34,7 +35,7 @@ class Pd {
   const std::string& label() const { return label_; }
 
   // Guards Mw/Mr/Qp window links (internal to kvrdma).
-  absl::Mutex& graph_mu() const { return graph_mu_; }
+  absl::Mutex& graph_mu() const ABSL_LOCK_RETURNED(graph_mu_) { return graph_mu_; }
 
  private:
   Pd() = default;

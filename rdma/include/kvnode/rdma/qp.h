@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kvnode/rdma/cq.h"
@@ -211,7 +212,8 @@ class Qp {
   absl::Status PostSendImpl(uint64_t wr_id, const LocalBuf& src, bool with_imm, uint32_t imm);
   // From Cq::Dispatch: fills `out`; false for the drain marker.
   bool OnCompletion(const ibv_wc& wc, Completion* out);
-  void ReleaseWindowsLocked(std::vector<std::shared_ptr<Mr>>* released);
+  void ReleaseWindowsLocked(std::vector<std::shared_ptr<Mr>>* released)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(pd_->graph_mu());
 
   // Declared in creation order (released in reverse): PD and CQs outlive
   // the QP, slots (and their pins) are released after the QP is destroyed.
@@ -234,7 +236,7 @@ class Qp {
   bool marker_outstanding_ = false;
   bool saw_error_ = false;
   // Type-2 windows bound to this QP (links owned by Mw).
-  std::vector<Mw*> windows_;  // guarded by pd_->graph_mu()
+  std::vector<Mw*> windows_ ABSL_GUARDED_BY(pd_->graph_mu());
 };
 
 }  // namespace kvnode::rdma
