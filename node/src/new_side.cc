@@ -78,7 +78,7 @@ absl::StatusOr<std::pair<std::unique_ptr<server::Server>, std::unique_ptr<NewSid
   hello.generation = options.generation;
   hello.capabilities = h->required_capabilities & upgrade.compat.supported_capabilities;
   hello.build_id = upgrade.build_id.substr(0, kMaxBuildIdSize);
-  if (absl::Status s = ch.Send(hello, absl::Now() + absl::Seconds(5)); !s.ok()) {
+  if (absl::Status s = ch.Send(hello, absl::Now() + upgrade.send_deadline); !s.ok()) {
     return WithContext(s, "sending Hello");
   }
   LOG(INFO) << "upgrade: new process " << getpid() << " (build " << upgrade.build_id
@@ -127,7 +127,7 @@ absl::StatusOr<std::pair<std::unique_ptr<server::Server>, std::unique_ptr<NewSid
   ready.arena_id = ai.arena_id;
   ready.registered_bytes = ai.registered_bytes;
   ready.mr_imported = 0;  // rxe has no ibv_import_*: registered anew
-  if (absl::Status s = ch.Send(ready, absl::Now() + absl::Seconds(5)); !s.ok()) {
+  if (absl::Status s = ch.Send(ready, absl::Now() + upgrade.send_deadline); !s.ok()) {
     return fail(WithContext(s, "sending Ready"), false);
   }
   mark("n_ready");
@@ -205,7 +205,7 @@ absl::StatusOr<std::pair<std::unique_ptr<server::Server>, std::unique_ptr<NewSid
     Owned owned;
     owned.generation = options.generation;
     owned.pid = static_cast<uint32_t>(getpid());
-    if (absl::Status s = ch.Send(owned, absl::Now() + absl::Seconds(5)); !s.ok()) {
+    if (absl::Status s = ch.Send(owned, absl::Now() + upgrade.send_deadline); !s.ok()) {
       // O died after HandOver: we own everything anyway.
       LOG(WARNING) << "upgrade: sending Owned: " << s << " (carrying on)";
     }
@@ -224,6 +224,7 @@ absl::StatusOr<std::pair<std::unique_ptr<server::Server>, std::unique_ptr<NewSid
   tail->old_.emplace(std::move(*old));
   tail->header_name_ = *hname;
   tail->old_exit_deadline = upgrade.old_exit_deadline;
+  tail->kill_deadline = upgrade.kill_deadline;
   tail->started_ = absl::Now();
   return std::make_pair(std::move(srv), std::move(tail));
 }
@@ -269,7 +270,7 @@ void NewSideTail::Wait() {
                    << HandoffTypeName(static_cast<uint16_t>(TypeOf(m->message)))
                    << " from the old process";
     }
-    if (absl::Status s = old_->WaitExit(absl::Now() + absl::Seconds(10)); !s.ok()) {
+    if (absl::Status s = old_->WaitExit(absl::Now() + kill_deadline); !s.ok()) {
       LOG(ERROR) << "upgrade: the old process " << old_->pid() << " is still alive: " << s;
     } else {
       LOG(INFO) << "upgrade: the old process " << old_->pid() << " has exited";

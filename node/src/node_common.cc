@@ -22,7 +22,8 @@ absl::Status NodeUpgradeOptions::Validate() const {
   for (absl::Duration d :
        {exec_deadline, hello_deadline, ready_deadline, pause_deadline, owned_deadline,
         move_deadline, handover_deadline, old_exit_deadline, step_deadline, write_pause_limit,
-        watchdog_grace, watchdog_rollback_deadline}) {
+        watchdog_grace, watchdog_rollback_deadline, send_deadline, handover_send_deadline,
+        control_task_deadline, kill_deadline}) {
     if (d <= absl::ZeroDuration()) return absl::InvalidArgumentError("upgrade: deadline <= 0");
   }
   return compat.Validate();

@@ -47,6 +47,7 @@ struct OldSide::Attempt {
   uint64_t moved = 0;
   uint64_t cut = 0;
   absl::Time dereg_start;
+  pid_t child_pid = 0;  // the new process; upgrade thread only
 
   // Set BEFORE the action they stand for, so that a rollback undoes whatever
   // may have happened; every undo is harmless when nothing happened.
@@ -251,22 +252,42 @@ void OldSide::RunUpgrade(std::shared_ptr<Attempt> ap) {
 
 absl::Status OldSide::Handoff(std::shared_ptr<Attempt> ap) {
   Attempt& a = *ap;
-  auto mark = [&](const char* name) {
-    const absl::Time now = absl::Now();
-    metrics_->SetLast(name, now - a.phase_start);
-    a.phase_start = now;
-  };
-  auto local_step = [&](const char* name) {
-    return a.Step(name, absl::Now() + options_.step_deadline);
-  };
-  // A task for the control thread that does nothing once the watchdog took
-  // over (its undo has been or will be queued after it).
-  auto guarded = [ap](std::function<void(server::Server*)> f) {
-    return [ap, f = std::move(f)](server::Server* sv) {
-      if (!ap->Abandoned()) f(sv);
-    };
-  };
-  // --- header, spawn ---------------------------------------------------------
+  if (absl::Status s = SpawnNewProcess(a); !s.ok()) return s;
+  if (absl::Status s = AwaitHelloAndReady(a); !s.ok()) return s;
+  if (absl::Status s = PauseWritesAndCloseDb(ap); !s.ok()) return s;
+  if (absl::Status s = SendHandOver(ap); !s.ok()) return s;
+  if (absl::Status s = AwaitOwned(a); !s.ok()) return s;
+  MoveClients(a);
+  return absl::OkStatus();
+}
+
+void OldSide::Mark(Attempt& a, const char* name) {
+  const absl::Time now = absl::Now();
+  metrics_->SetLast(name, now - a.phase_start);
+  a.phase_start = now;
+}
+
+absl::Status OldSide::LocalStep(Attempt& a, const char* name) {
+  return a.Step(name, absl::Now() + options_.step_deadline);
+}
+
+absl::StatusOr<ReceivedMessage> OldSide::Receive(Attempt& a, absl::Time deadline) {
+  // Only the upgrade thread reads the channel; the watchdog or a shutdown
+  // signal may shut it down to wake us.
+  HandoffChannel* ch;
+  {
+    absl::MutexLock l(&a.mu);
+    ch = &*a.channel;
+  }
+  absl::StatusOr<ReceivedMessage> m = ch->Receive(deadline);
+  absl::MutexLock l(&a.mu);
+  if (a.cancel && !a.handover_sending) return absl::CancelledError("canceled by a shutdown signal");
+  return m;
+}
+
+// Writes the handoff header and starts the new binary with its end of the
+// channel.
+absl::Status OldSide::SpawnNewProcess(Attempt& a) {
   absl::StatusOr<std::string> hname = HandoffHeaderShmName(options_.shm_name);
   if (!hname.ok()) return hname.status();
   a.header_name = *hname;
@@ -280,7 +301,7 @@ absl::Status OldSide::Handoff(std::shared_ptr<Attempt> ap) {
   h.created_unix_ns = static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()));
   h.arena_shm_name = options_.shm_name;
   h.build_id = options_.build_id.substr(0, kMaxBuildIdSize);
-  if (absl::Status s = local_step("o_spawn"); !s.ok()) return s;
+  if (absl::Status s = LocalStep(a, "o_spawn"); !s.ok()) return s;
   if (absl::Status s = WriteHandoffHeader(a.header_name, h); !s.ok()) return s;
   if (absl::Status s = MaybeInjectFault(Phase::kOSpawn); !s.ok()) return s;
   absl::StatusOr<HandoffChannel::Pair> pair = HandoffChannel::CreatePair();
@@ -295,42 +316,32 @@ absl::Status OldSide::Handoff(std::shared_ptr<Attempt> ap) {
   if (absl::Status s = a.Step("o_spawn", absl::Now() + options_.exec_deadline); !s.ok()) return s;
   absl::StatusOr<Process> child = SpawnWithHandoff(req, std::move(pair->child_end));
   if (!child.ok()) return child.status();
-  const pid_t child_pid = child->pid();
+  a.child_pid = child->pid();
   {
     absl::MutexLock l(&a.mu);
     a.channel.emplace(std::move(pair->parent));
-    a.channel->SetPeerPid(child_pid);
+    a.channel->SetPeerPid(a.child_pid);
     a.child.emplace(std::move(*child));
     // The watchdog's rollback (if it fired during the exec) kills and reaps
     // the child: it reads `child` under mu after the spawn returned... or
     // not at all; then we do it here.
     if (a.abandoned) {
-      (void)a.child->KillAndReap(absl::Now() + absl::Seconds(10));
+      (void)a.child->KillAndReap(absl::Now() + options_.kill_deadline);
       return absl::AbortedError("the upgrade watchdog took over during the spawn");
     }
   }
-  LOG(INFO) << "upgrade: spawned " << a.binary << " as pid " << child_pid;
-  mark("o_spawn");
+  LOG(INFO) << "upgrade: spawned " << a.binary << " as pid " << a.child_pid;
+  Mark(a, "o_spawn");
+  return absl::OkStatus();
+}
 
-  // Receives on the channel (only this thread reads it; the watchdog or a
-  // shutdown signal may shut it down to wake us).
-  auto receive = [&](absl::Time deadline) -> absl::StatusOr<ReceivedMessage> {
-    HandoffChannel* ch;
-    {
-      absl::MutexLock l(&a.mu);
-      ch = &*a.channel;
-    }
-    absl::StatusOr<ReceivedMessage> m = ch->Receive(deadline);
-    absl::MutexLock l(&a.mu);
-    if (a.cancel && !a.handover_sending)
-      return absl::CancelledError("canceled by a shutdown signal");
-    return m;
-  };
-
-  // --- Hello, Ready ------------------------------------------------------------
+// Waits for the new process's Hello (is it the one we started, for this
+// generation?) and Ready (the arena registered or imported). Nothing is paused.
+absl::Status OldSide::AwaitHelloAndReady(Attempt& a) {
+  const server::Server::ArenaInfo ai = server_->arena_info();
   absl::Time deadline = absl::Now() + options_.hello_deadline;
   if (absl::Status s = a.Step("n_hello", deadline); !s.ok()) return s;
-  absl::StatusOr<ReceivedMessage> m = receive(deadline);
+  absl::StatusOr<ReceivedMessage> m = Receive(a, deadline);
   if (!m.ok()) return WithContext(m.status(), "waiting for Hello");
   if (const Abort* ab = std::get_if<Abort>(&m->message)) {
     if (ab->code == static_cast<uint32_t>(AbortCode::kIncompatible)) {
@@ -340,15 +351,15 @@ absl::Status OldSide::Handoff(std::shared_ptr<Attempt> ap) {
   }
   const Hello* hello = std::get_if<Hello>(&m->message);
   if (hello == nullptr) return UnexpectedMessage(m->message, "Hello");
-  if (static_cast<pid_t>(hello->pid) != child_pid || hello->generation != a.new_generation) {
-    return absl::FailedPreconditionError(absl::StrCat("Hello from pid ", hello->pid, " generation ",
-                                                      hello->generation, ", expected pid ",
-                                                      child_pid, " generation ", a.new_generation));
+  if (static_cast<pid_t>(hello->pid) != a.child_pid || hello->generation != a.new_generation) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("Hello from pid ", hello->pid, " generation ", hello->generation,
+                     ", expected pid ", a.child_pid, " generation ", a.new_generation));
   }
   LOG(INFO) << "upgrade: Hello from pid " << hello->pid << " (build " << hello->build_id << ")";
   deadline = absl::Now() + options_.ready_deadline;
   if (absl::Status s = a.Step("n_ready", deadline); !s.ok()) return s;
-  m = receive(deadline);
+  m = Receive(a, deadline);
   if (!m.ok()) return WithContext(m.status(), "waiting for Ready");
   if (const Abort* ab = std::get_if<Abort>(&m->message)) {
     return absl::AbortedError(absl::StrCat("new process aborted: ", ab->message));
@@ -363,14 +374,19 @@ absl::Status OldSide::Handoff(std::shared_ptr<Attempt> ap) {
   LOG(INFO) << "upgrade: Ready: rkey " << ready->rkey << " (ours " << ai.rkey << "), "
             << ready->registered_bytes << " bytes "
             << (ready->mr_imported ? "imported" : "registered");
-  mark("n_ready_wait");
+  Mark(a, "n_ready_wait");
+  return absl::OkStatus();
+}
 
-  // --- pause writes, close RocksDB ----------------------------------------------
-  if (absl::Status s = local_step("o_preflush"); !s.ok()) return s;
+// Pre-flushes the memtable, pauses writes (from here every wait is capped by
+// the pause limit) and closes RocksDB for the new process.
+absl::Status OldSide::PauseWritesAndCloseDb(const std::shared_ptr<Attempt>& ap) {
+  Attempt& a = *ap;
+  if (absl::Status s = LocalStep(a, "o_preflush"); !s.ok()) return s;
   if (absl::Status s = server_->FlushDb(); !s.ok()) {
     LOG(WARNING) << "upgrade: pre-flush of the memtable failed (continuing): " << s;
   }
-  if (absl::Status s = local_step("o_pause"); !s.ok()) return s;
+  if (absl::Status s = LocalStep(a, "o_pause"); !s.ok()) return s;
   if (absl::Status s = MaybeInjectFault(Phase::kOPause); !s.ok()) return s;
   {
     // From here writes may be paused: every later wait, and the watchdog,
@@ -378,7 +394,7 @@ absl::Status OldSide::Handoff(std::shared_ptr<Attempt> ap) {
     absl::MutexLock l(&a.mu);
     a.pause_limit_at = absl::Now() + options_.write_pause_limit;
   }
-  deadline = a.Cap(absl::Now() + options_.pause_deadline);
+  const absl::Time deadline = a.Cap(absl::Now() + options_.pause_deadline);
   if (absl::Status s = a.Step("o_pause", deadline); !s.ok()) return s;
   a.paused = true;  // from here a rollback resumes writes (harmless if not paused yet)
   if (absl::Status s = OnControlWithDone(
@@ -392,8 +408,8 @@ absl::Status OldSide::Handoff(std::shared_ptr<Attempt> ap) {
     return WithContext(s, "pausing writes");
   }
   a.paused_at = absl::Now();
-  mark("o_pause");
-  if (absl::Status s = local_step("o_flush"); !s.ok()) return s;
+  Mark(a, "o_pause");
+  if (absl::Status s = LocalStep(a, "o_flush"); !s.ok()) return s;
   if (absl::Status s = MaybeInjectFault(Phase::kOFlush); !s.ok()) return s;
   {
     absl::MutexLock g(&a.db_step_mu);
@@ -403,19 +419,29 @@ absl::Status OldSide::Handoff(std::shared_ptr<Attempt> ap) {
       return WithContext(s, "closing RocksDB");
     }
   }
-  mark("o_flush");
+  Mark(a, "o_flush");
+  return absl::OkStatus();
+}
 
-  // --- HandOver -------------------------------------------------------------------
-  if (absl::Status s = local_step("o_handover"); !s.ok()) return s;
+// Stops accepting, exports the session table and sends it (Sessions
+// messages) and then HandOver with the listening and admin sockets. From
+// HandOver on, the new process may own RocksDB.
+absl::Status OldSide::SendHandOver(const std::shared_ptr<Attempt>& ap) {
+  Attempt& a = *ap;
+  if (absl::Status s = LocalStep(a, "o_handover"); !s.ok()) return s;
   a.stopped_accepting = true;
-  if (absl::Status s = OnControl(server_, guarded([](server::Server* sv) { sv->StopAccepting(); }),
-                                 a.Cap(absl::Now() + absl::Seconds(5)) - absl::Now());
+  // Does nothing once the watchdog took over (its undo runs after it).
+  auto stop_accepting = [ap](server::Server* sv) {
+    if (!ap->Abandoned()) sv->StopAccepting();
+  };
+  if (absl::Status s = OnControl(server_, stop_accepting,
+                                 a.Cap(absl::Now() + options_.control_task_deadline) - absl::Now());
       !s.ok()) {
     return s;
   }
   if (absl::Status s = MaybeInjectFault(Phase::kOHandover); !s.ok()) return s;
-  absl::StatusOr<std::vector<server::ClientRecordExport>> records =
-      ExportSessionsBlocking(server_, a.Cap(absl::Now() + absl::Seconds(5)) - absl::Now());
+  absl::StatusOr<std::vector<server::ClientRecordExport>> records = ExportSessionsBlocking(
+      server_, a.Cap(absl::Now() + options_.control_task_deadline) - absl::Now());
   if (!records.ok()) return records.status();
   HandOver ho;
   ho.generation = a.new_generation;
@@ -429,12 +455,12 @@ absl::Status OldSide::Handoff(std::shared_ptr<Attempt> ap) {
   ho.session_chunks = static_cast<uint32_t>(chunks->size());
   size_t session_records = 0;
   for (const Sessions& c : *chunks) session_records += c.sessions.size();
-  mark("o_handover_prep");
+  Mark(a, "o_handover_prep");
   a.counters_at_handover = server_->metrics().Export();
   metrics_->ExportTo(&a.counters_at_handover);
   ho.counters = ToCounters(a.counters_at_handover);
   const int fds[2] = {server_->listen_fd(), server_->admin_fd()};
-  deadline = a.Cap(absl::Now() + absl::Seconds(10));
+  const absl::Time deadline = a.Cap(absl::Now() + options_.handover_send_deadline);
   {
     // N cannot open RocksDB before HandOver: a failure here rolls back like
     // any step before it.
@@ -468,11 +494,14 @@ absl::Status OldSide::Handoff(std::shared_ptr<Attempt> ap) {
   LOG(INFO) << "upgrade: HandOver sent (" << session_records << " client records in "
             << ho.session_chunks << " Sessions messages, " << ho.counters.counters.size()
             << " counters)";
+  return absl::OkStatus();
+}
 
-  // --- Owned: the point of no return ----------------------------------------------
-  deadline = a.Cap(absl::Now() + options_.owned_deadline);
+// Waits for Owned: the point of no return. From here nothing rolls back.
+absl::Status OldSide::AwaitOwned(Attempt& a) {
+  const absl::Time deadline = a.Cap(absl::Now() + options_.owned_deadline);
   if (absl::Status s = a.Step("n_owned", deadline); !s.ok()) return s;
-  m = receive(deadline);
+  absl::StatusOr<ReceivedMessage> m = Receive(a, deadline);
   if (!m.ok()) return WithContext(m.status(), "waiting for Owned");
   if (const Abort* ab = std::get_if<Abort>(&m->message)) {
     return absl::AbortedError(absl::StrCat("new process aborted: ", ab->message));
@@ -494,18 +523,21 @@ absl::Status OldSide::Handoff(std::shared_ptr<Attempt> ap) {
   server_->MarkHandedOff();
   const absl::Time owned_at = absl::Now();
   metrics_->SetLast("write_pause", owned_at - a.paused_at);
-  mark("o_handover");
+  Mark(a, "o_handover");
   LOG(INFO) << "upgrade: Owned by pid " << owned->pid << " generation " << owned->generation
             << " after " << absl::FormatDuration(owned_at - a.t0) << " (writes paused "
             << absl::FormatDuration(owned_at - a.paused_at) << ")";
   if (forward_term) {
     absl::MutexLock l(&a.mu);
     LOG(INFO) << "upgrade: a shutdown was requested during the upgrade: passing it on to the new "
-              << "process " << child_pid;
+              << "process " << a.child_pid;
     (void)a.child->Signal(SIGTERM);
   }
+  return absl::OkStatus();
+}
 
-  // --- move the clients --------------------------------------------------------------
+// Tells every client to move to the new process and counts who did.
+void OldSide::MoveClients(Attempt& a) {
   // Clients go to the advertised address, not to the bound one: a listener on
   // 0.0.0.0 would send each remote client to its own host. N listens on the
   // same socket (inherited) and advertises the same address (same argv).
@@ -525,11 +557,10 @@ absl::Status OldSide::Handoff(std::shared_ptr<Attempt> ap) {
   }
   metrics_->Add(UpgradeMetrics::kClientsMigrated, a.moved);
   metrics_->Add(UpgradeMetrics::kClientsCut, a.cut);
-  mark("o_move_clients");
+  Mark(a, "o_move_clients");
   if (absl::Status s = MaybeInjectFault(Phase::kODrain); !s.ok()) {
     LOG(WARNING) << "upgrade: " << s << " (past the point of no return: draining anyway)";
   }
-  return absl::OkStatus();
 }
 
 void OldSide::Rollback(Attempt& a, const absl::Status& why, bool by_watchdog) {
@@ -550,7 +581,7 @@ void OldSide::Rollback(Attempt& a, const absl::Status& why, bool by_watchdog) {
     if (channel_fd >= 0) ::shutdown(channel_fd, SHUT_RDWR);
     if (!child.has_value()) return;
     // Fencing: N must be dead before O takes RocksDB back.
-    absl::StatusOr<ExitStatus> es = child->KillAndReap(absl::Now() + absl::Seconds(10));
+    absl::StatusOr<ExitStatus> es = child->KillAndReap(absl::Now() + options_.kill_deadline);
     LOG(INFO) << "upgrade: new process " << child->pid() << " "
               << (es.ok() ? es->ToString() : es.status().ToString());
     child.reset();
@@ -586,13 +617,13 @@ void OldSide::Rollback(Attempt& a, const absl::Status& why, bool by_watchdog) {
   }
   if (a.stopped_accepting) {
     (void)OnControl(
-        server_, [](server::Server* sv) { sv->ResumeAccepting(); }, absl::Seconds(5));
+        server_, [](server::Server* sv) { sv->ResumeAccepting(); }, options_.control_task_deadline);
   }
   if (a.paused) {
     (void)OnControlWithDone(
         server_,
         [](server::Server* sv, std::function<void()> done) { sv->ResumeWrites(std::move(done)); },
-        absl::Seconds(5));
+        options_.control_task_deadline);
   }
   if (!a.header_name.empty()) (void)RemoveHandoffHeader(a.header_name);
   server_->metrics().Add(server::Counter::kRollbacks);
@@ -680,7 +711,7 @@ int OldSide::FinishAfterRun(const absl::Status& run_status) {
   g.counters_delta = ToCounters(delta);
   {
     absl::MutexLock l(&a.mu);
-    if (absl::Status s = a.channel->Send(g, absl::Now() + absl::Seconds(5)); !s.ok()) {
+    if (absl::Status s = a.channel->Send(g, absl::Now() + options_.send_deadline); !s.ok()) {
       LOG(WARNING) << "upgrade: sending Gone: " << s;
     }
     a.finished = true;

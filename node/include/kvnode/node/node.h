@@ -90,6 +90,17 @@ struct NodeUpgradeOptions {
   // with kWatchdogExitCode, so that N, if alive, or a restart takes over.
   // Default 20 s.
   absl::Duration watchdog_rollback_deadline = absl::Seconds(20);
+  // Sending one small handoff message (Hello, Ready, Owned, Gone). Default 5 s.
+  absl::Duration send_deadline = absl::Seconds(5);
+  // O: sending the session table and HandOver (capped by the pause limit).
+  // Default 10 s.
+  absl::Duration handover_send_deadline = absl::Seconds(10);
+  // O: a task on the server's control thread (stop/resume accepting, resume
+  // writes, export the sessions). Default 5 s.
+  absl::Duration control_task_deadline = absl::Seconds(5);
+  // Killing and reaping the other process (N on a rollback, O after
+  // old_exit_deadline). Default 10 s.
+  absl::Duration kill_deadline = absl::Seconds(10);
 
   [[nodiscard]] absl::Status Validate() const;
 };
@@ -167,7 +178,21 @@ class OldSide {
   struct Attempt;
   void OnRequest(std::optional<std::string> binary, std::function<void(std::string)> reply);
   void RunUpgrade(std::shared_ptr<Attempt> a);
+  // The upgrade thread's work until the point of no return, one method per
+  // step in this order; an error from any of them rolls back.
   absl::Status Handoff(std::shared_ptr<Attempt> ap);
+  absl::Status SpawnNewProcess(Attempt& a);
+  absl::Status AwaitHelloAndReady(Attempt& a);
+  absl::Status PauseWritesAndCloseDb(const std::shared_ptr<Attempt>& ap);
+  absl::Status SendHandOver(const std::shared_ptr<Attempt>& ap);
+  absl::Status AwaitOwned(Attempt& a);
+  void MoveClients(Attempt& a);  // past the point of no return: cannot fail
+  // Records how long the phase that ends now took, for `kvctl stats`.
+  void Mark(Attempt& a, const char* name);
+  // Enters step `name` with options_.step_deadline.
+  absl::Status LocalStep(Attempt& a, const char* name);
+  // The next message from N (upgrade thread only).
+  absl::StatusOr<ReceivedMessage> Receive(Attempt& a, absl::Time deadline);
   // Undoes whatever the attempt did before Owned. By the upgrade thread, or
   // by the watchdog when that thread is stuck (then the order of the steps
   // changes so that N can still take over if O has to exit).
@@ -216,6 +241,7 @@ class NewSideTail {
   std::optional<Process> old_;
   std::string header_name_;
   absl::Duration old_exit_deadline;
+  absl::Duration kill_deadline;  // after a SIGKILL, for the exit
   absl::Time started_;
   bool alone_ = false;  // O died before HandOver: nothing to wait for
   std::atomic<bool>* busy_ = nullptr;
