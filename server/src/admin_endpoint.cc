@@ -5,7 +5,7 @@ namespace kvnode::server {
 
 void ServerImpl::AcceptAdmin() {
   for (;;) {
-    const int fd = accept4(admin_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    const int fd = accept4(admin_fd_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
       return;
@@ -28,12 +28,12 @@ void ServerImpl::AcceptAdmin() {
     }
     auto a = std::make_unique<AdminConn>();
     a->id = kAdminBit | next_conn_id_++;
-    a->fd = fd;
+    a->fd.Reset(fd);
     a->deadline = absl::Now() + kAdminTimeout;
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.u64 = a->id;
-    if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
+    if (epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, fd, &ev) != 0) {
       close(fd);
       continue;
     }
@@ -45,13 +45,13 @@ void ServerImpl::OnAdminReadable(AdminConn& a) {
   if (a.answered) {
     // Only EOF/HUP is expected now; drain and ignore.
     char sink[256];
-    while (recv(a.fd, sink, sizeof(sink), MSG_DONTWAIT) > 0) {
+    while (recv(a.fd.get(), sink, sizeof(sink), MSG_DONTWAIT) > 0) {
     }
     return;
   }
   char buf[1024];
   for (;;) {
-    const ssize_t n = recv(a.fd, buf, sizeof(buf), MSG_DONTWAIT);
+    const ssize_t n = recv(a.fd.get(), buf, sizeof(buf), MSG_DONTWAIT);
     if (n > 0) {
       a.in.append(buf, static_cast<size_t>(n));
       if (a.in.find('\n') != std::string::npos || a.in.size() > kMaxAdminLine) break;
@@ -179,7 +179,7 @@ void ServerImpl::StartDrain(AdminConn& a, const AdminRequest& req) {
 
 void ServerImpl::FlushAdmin(AdminConn& a) {
   while (!a.out.empty()) {
-    const ssize_t n = send(a.fd, a.out.data(), a.out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    const ssize_t n = send(a.fd.get(), a.out.data(), a.out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n > 0) {
       a.out.erase(0, static_cast<size_t>(n));
       continue;
@@ -190,7 +190,7 @@ void ServerImpl::FlushAdmin(AdminConn& a) {
         epoll_event ev{};
         ev.events = EPOLLIN | EPOLLOUT;
         ev.data.u64 = a.id;
-        epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, a.fd, &ev);
+        epoll_ctl(epoll_fd_.get(), EPOLL_CTL_MOD, a.fd.get(), &ev);
         a.want_write = true;
       }
       return;
@@ -201,8 +201,8 @@ void ServerImpl::FlushAdmin(AdminConn& a) {
 }
 
 void ServerImpl::CloseAdmin(AdminConn& a) {
-  epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, a.fd, nullptr);
-  close(a.fd);
+  epoll_ctl(epoll_fd_.get(), EPOLL_CTL_DEL, a.fd.get(), nullptr);
+  a.fd.Reset();
   admins_.erase(a.id);
 }
 

@@ -8,7 +8,7 @@ absl::Status ServerImpl::Run() {
   data_->Start();
   std::array<epoll_event, 64> evs;
   while (!shutdown_requested_.load(std::memory_order_acquire)) {
-    const int n = epoll_wait(epoll_fd_, evs.data(), static_cast<int>(evs.size()), 100);
+    const int n = epoll_wait(epoll_fd_.get(), evs.data(), static_cast<int>(evs.size()), 100);
     if (n < 0 && errno != EINTR) {
       LOG(ERROR) << "epoll_wait: " << base::ErrnoText(errno);
       break;
@@ -62,7 +62,7 @@ absl::Status ServerImpl::Run() {
 
 void ServerImpl::OnSignal() {
   signalfd_siginfo si{};
-  while (read(signal_fd_, &si, sizeof(si)) == sizeof(si)) {
+  while (read(signal_fd_.get(), &si, sizeof(si)) == sizeof(si)) {
     switch (si.ssi_signo) {
       case SIGTERM:
       case SIGINT:
@@ -96,7 +96,7 @@ void ServerImpl::OnSignal() {
 
 void ServerImpl::Accept() {
   for (;;) {
-    const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    const int fd = accept4(listen_fd_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
       if (errno != EAGAIN && errno != EWOULDBLOCK) {
@@ -122,13 +122,13 @@ void ServerImpl::Accept() {
     }
     auto c = std::make_unique<Conn>(ControlConfig{auth_token_});
     c->id = next_conn_id_++;
-    c->fd = fd;
+    c->fd.Reset(fd);
     c->peer = PeerName(fd);
     c->accepted = c->last_rx = c->last_keepalive = absl::Now();
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLRDHUP;
     ev.data.u64 = c->id;
-    if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
+    if (epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, fd, &ev) != 0) {
       LOG(WARNING) << "epoll_ctl ADD conn: " << base::ErrnoText(errno);
       close(fd);
       continue;
@@ -143,7 +143,7 @@ void ServerImpl::OnConnReadable(Conn& c) {
   std::vector<ControlSession::Event> events;
   bool eof = false;
   for (int rounds = 0; rounds < 8; ++rounds) {
-    const ssize_t n = recv(c.fd, buf, sizeof(buf), MSG_DONTWAIT);
+    const ssize_t n = recv(c.fd.get(), buf, sizeof(buf), MSG_DONTWAIT);
     if (n > 0) {
       c.last_rx = absl::Now();
       c.session.OnBytes(std::span<const uint8_t>(buf, static_cast<size_t>(n)), &events);
@@ -338,7 +338,7 @@ void ServerImpl::OnClosed(const Conn& c, const ControlSession::ClosedEvent& clos
 void ServerImpl::FlushConn(Conn& c) {
   std::string& out = c.session.out();
   while (!out.empty()) {
-    const ssize_t n = send(c.fd, out.data(), out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    const ssize_t n = send(c.fd.get(), out.data(), out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n > 0) {
       out.erase(0, static_cast<size_t>(n));
       continue;
@@ -368,7 +368,7 @@ void ServerImpl::FlushConn(Conn& c) {
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLRDHUP | (want ? uint32_t{EPOLLOUT} : 0u);
     ev.data.u64 = c.id;
-    epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, c.fd, &ev);
+    epoll_ctl(epoll_fd_.get(), EPOLL_CTL_MOD, c.fd.get(), &ev);
     c.want_write = want;
   }
 }
@@ -378,10 +378,10 @@ void ServerImpl::CloseConn(Conn& c, bool vanished) {
   // buffer takes a small frame at once.
   std::string& out = c.session.out();
   if (!vanished && !out.empty()) {
-    (void)send(c.fd, out.data(), out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    (void)send(c.fd.get(), out.data(), out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
   }
-  epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c.fd, nullptr);
-  close(c.fd);
+  epoll_ctl(epoll_fd_.get(), EPOLL_CTL_DEL, c.fd.get(), nullptr);
+  c.fd.Reset();
   const uint64_t id = c.id;
   if (c.data_session) {
     std::string why = vanished ? "control connection lost" : "control connection closed";

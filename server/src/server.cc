@@ -9,21 +9,19 @@ void ServerImpl::Shutdown() {
   LOG(INFO) << "shutdown: " << conns_.size() << " control connections, " << data_->live_sessions()
             << " sessions";
   // 1. Stop accepting.
-  if (listen_fd_ >= 0) {
-    epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, listen_fd_, nullptr);
-    close(listen_fd_);
-    listen_fd_ = -1;
+  if (listen_fd_.valid()) {
+    epoll_ctl(epoll_fd_.get(), EPOLL_CTL_DEL, listen_fd_.get(), nullptr);
+    listen_fd_.Reset();
   }
   // 2. Goodbye to every client (best effort, bounded), then close.
   for (auto& [id, c] : conns_) {
     c->session.Goodbye(proto::GoodbyeReason::kShutdown, "node shutting down");
     const std::string& out = c->session.out();
-    (void)proto::WriteAll(c->fd, proto::AsBytes(out),
+    (void)proto::WriteAll(c->fd.get(), proto::AsBytes(out),
                           std::min(deadline, absl::Now() + absl::Milliseconds(200)));
-    close(c->fd);
+    c->fd.Reset();
   }
   conns_.clear();
-  for (auto& [id, a] : admins_) close(a->fd);
   admins_.clear();
   // 3. Every session: window, QP to ERR, drain, destroy, buffers back. Then
   //    the CQ (DataPlane owns it).
@@ -61,9 +59,8 @@ void ServerImpl::Shutdown() {
   }
   // 6. The device.
   device_.reset();
-  if (admin_fd_ >= 0) {
-    close(admin_fd_);
-    admin_fd_ = -1;
+  if (admin_fd_.valid()) {
+    admin_fd_.Reset();
     if (!handed_off_.load()) unlink(admin_path_.c_str());
   }
   if (!opt_.pid_file.empty() && !handed_off_.load()) unlink(opt_.pid_file.c_str());
@@ -135,25 +132,25 @@ void Server::SetUpgradeHandler(UpgradeHandler handler) {
 void Server::RunOnControlThread(std::function<void()> task) {
   impl_->control_tasks_->Post(std::move(task));
 }
-int Server::listen_fd() const { return impl_->listen_fd_; }
-int Server::admin_fd() const { return impl_->admin_fd_; }
+int Server::listen_fd() const { return impl_->listen_fd_.get(); }
+int Server::admin_fd() const { return impl_->admin_fd_.get(); }
 void Server::StopAccepting() {
   ServerImpl& s = *impl_;
   if (!s.accepting_) return;
   s.accepting_ = false;
-  epoll_ctl(s.epoll_fd_, EPOLL_CTL_DEL, s.listen_fd_, nullptr);
-  epoll_ctl(s.epoll_fd_, EPOLL_CTL_DEL, s.admin_fd_, nullptr);
+  epoll_ctl(s.epoll_fd_.get(), EPOLL_CTL_DEL, s.listen_fd_.get(), nullptr);
+  epoll_ctl(s.epoll_fd_.get(), EPOLL_CTL_DEL, s.admin_fd_.get(), nullptr);
 }
 void Server::ResumeAccepting() {
   ServerImpl& s = *impl_;
   if (s.accepting_) return;
   s.accepting_ = true;
   for (auto [fd, tag] :
-       {std::pair{s.listen_fd_, kTagListen}, std::pair{s.admin_fd_, kTagAdminListen}}) {
+       {std::pair{s.listen_fd_.get(), kTagListen}, std::pair{s.admin_fd_.get(), kTagAdminListen}}) {
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.u64 = tag;
-    epoll_ctl(s.epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
+    epoll_ctl(s.epoll_fd_.get(), EPOLL_CTL_ADD, fd, &ev);
   }
 }
 void Server::PauseWrites(std::function<void()> done) {

@@ -29,6 +29,7 @@
 #include "absl/time/clock.h"
 #include "data_plane.h"
 #include "kvnode/base/errno.h"
+#include "kvnode/base/unique_fd.h"
 #include "kvnode/proto/frame_io.h"
 #include "kvnode/proto/rpc.h"
 #include "kvnode/rdma/accounting.h"
@@ -65,7 +66,7 @@ inline constexpr absl::Duration kAdminTimeout = absl::Seconds(5);
 // One control connection (a client session's TCP side). Control thread only.
 struct Conn {
   uint64_t id = 0;
-  int fd = -1;
+  base::UniqueFd fd;
   std::string peer;
   ControlSession session;
   absl::Time accepted;
@@ -83,7 +84,7 @@ struct Conn {
 
 struct AdminConn {
   uint64_t id = 0;
-  int fd = -1;
+  base::UniqueFd fd;
   std::string in;
   std::string out;
   absl::Time deadline;
@@ -166,10 +167,10 @@ class ServerImpl {
   std::function<bool()> shutdown_hook_;
 
   // Sockets and event loop.
-  int listen_fd_ = -1;
-  int admin_fd_ = -1;
-  int epoll_fd_ = -1;
-  int signal_fd_ = -1;
+  base::UniqueFd listen_fd_;
+  base::UniqueFd admin_fd_;
+  base::UniqueFd epoll_fd_;
+  base::UniqueFd signal_fd_;
   std::string listen_addr_;
   std::unique_ptr<TaskQueue> control_tasks_;
 

@@ -66,12 +66,6 @@ ServerImpl::~ServerImpl() {
   // Normally Shutdown() released everything; this covers a failed Init.
   if (data_ != nullptr) data_->Shutdown();
   data_.reset();
-  for (auto& [id, c] : conns_) close(c->fd);
-  for (auto& [id, a] : admins_) close(a->fd);
-  if (signal_fd_ >= 0) close(signal_fd_);
-  if (epoll_fd_ >= 0) close(epoll_fd_);
-  if (listen_fd_ >= 0) close(listen_fd_);
-  if (admin_fd_ >= 0) close(admin_fd_);
 }
 
 absl::Status ServerImpl::Init(InheritedSockets inherited) {
@@ -183,8 +177,8 @@ absl::Status ServerImpl::InitSignalsAndAuth() {
   sigaddset(&mask, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &mask, nullptr);
   signal(SIGPIPE, SIG_IGN);
-  signal_fd_ = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
-  if (signal_fd_ < 0)
+  signal_fd_.Reset(signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC));
+  if (!signal_fd_.valid())
     return absl::InternalError(absl::StrCat("signalfd: ", base::ErrnoText(errno)));
 
   if (opt_.auth_token_file.empty()) {
@@ -206,13 +200,13 @@ absl::Status ServerImpl::InitSignalsAndAuth() {
 absl::Status ServerImpl::InitSockets(InheritedSockets inherited) {
   if (inherited.listen_fd >= 0) {
     if (absl::Status s = CheckListening(inherited.listen_fd, "listen"); !s.ok()) return s;
-    listen_fd_ = inherited.listen_fd;
+    listen_fd_.Reset(inherited.listen_fd);
   } else {
     absl::StatusOr<int> fd = ListenTcp(opt_.listen);
     if (!fd.ok()) return fd.status();
-    listen_fd_ = *fd;
+    listen_fd_.Reset(*fd);
   }
-  listen_addr_ = SockName(listen_fd_);
+  listen_addr_ = SockName(listen_fd_.get());
   if (opt_.admin_socket.empty()) {
     absl::StatusOr<std::string> p = DefaultAdminSocketPath();
     if (!p.ok()) return p.status();
@@ -222,7 +216,7 @@ absl::Status ServerImpl::InitSockets(InheritedSockets inherited) {
   }
   if (inherited.admin_fd >= 0) {
     if (absl::Status s = CheckListening(inherited.admin_fd, "admin"); !s.ok()) return s;
-    admin_fd_ = inherited.admin_fd;
+    admin_fd_.Reset(inherited.admin_fd);
   } else {
     if (!opt_.admin_socket.empty()) {
       // The default path's directory is checked by DefaultAdminSocketPath.
@@ -230,7 +224,7 @@ absl::Status ServerImpl::InitSockets(InheritedSockets inherited) {
     }
     absl::StatusOr<int> fd = ListenUnix(admin_path_);
     if (!fd.ok()) return fd.status();
-    admin_fd_ = *fd;
+    admin_fd_.Reset(*fd);
   }
   return absl::OkStatus();
 }
@@ -331,20 +325,20 @@ absl::Status ServerImpl::InitRegistrationAndDataPlane() {
 }
 
 absl::Status ServerImpl::InitEpoll() {
-  epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
-  if (epoll_fd_ < 0)
+  epoll_fd_.Reset(epoll_create1(EPOLL_CLOEXEC));
+  if (!epoll_fd_.valid())
     return absl::InternalError(absl::StrCat("epoll_create1: ", base::ErrnoText(errno)));
   auto add = [this](int fd, uint64_t tag) -> absl::Status {
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.u64 = tag;
-    if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
+    if (epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, fd, &ev) != 0) {
       return absl::InternalError(absl::StrCat("epoll_ctl ADD: ", base::ErrnoText(errno)));
     }
     return absl::OkStatus();
   };
   for (auto [fd, tag] :
-       {std::pair{signal_fd_, kTagSignal}, std::pair{control_tasks_->fd(), kTagTasks},
+       {std::pair{signal_fd_.get(), kTagSignal}, std::pair{control_tasks_->fd(), kTagTasks},
         std::pair{device_->context()->async_fd, kTagDeviceEvents}}) {
     if (absl::Status s = add(fd, tag); !s.ok()) return s;
   }
@@ -353,11 +347,11 @@ absl::Status ServerImpl::InitEpoll() {
 
 absl::Status ServerImpl::AddSocketsToEpoll() {
   for (auto [fd, tag] :
-       {std::pair{listen_fd_, kTagListen}, std::pair{admin_fd_, kTagAdminListen}}) {
+       {std::pair{listen_fd_.get(), kTagListen}, std::pair{admin_fd_.get(), kTagAdminListen}}) {
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.u64 = tag;
-    if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
+    if (epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, fd, &ev) != 0) {
       return absl::InternalError(absl::StrCat("epoll_ctl ADD: ", base::ErrnoText(errno)));
     }
   }
