@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "kvnode/base/version.h"
 #include "kvnode/client/admin.h"
 #include "nlohmann/json.hpp"
 
@@ -134,6 +135,7 @@ const json* FindList(const json& answer) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  gflags::SetVersionString(kvnode::base::kVersionString);
   gflags::SetUsageMessage(
       "admin tool of a running kvnode.\n"
       "  kvctl [--admin_socket PATH] [--json] COMMAND\n"
@@ -203,6 +205,8 @@ int main(int argc, char** argv) {
                 absl::FormatDuration(absl::Now() - t0).c_str());
     if (j.contains("pid")) std::printf(" (pid %s)", Scalar(j["pid"]).c_str());
     if (j.contains("generation")) std::printf(" generation %s", Scalar(j["generation"]).c_str());
+    // The node's version and build (its --build_id); older nodes do not say.
+    if (j.contains("build_id")) std::printf(" version %s", Scalar(j["build_id"]).c_str());
     std::printf("\n");
     return 0;
   }

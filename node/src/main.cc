@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "kvnode/base/version.h"
 #include "kvnode/node/node.h"
 #include "kvnode/server/server.h"
 #include "kvnode/upgrade/fault.h"
@@ -72,7 +73,9 @@ DEFINE_string(admin_socket, "",
               "$XDG_RUNTIME_DIR/kvnode/admin.sock, else /tmp/kvnode-$UID/admin.sock)");
 DEFINE_string(log_level, "info", "least severity logged: info, warning, error");
 DEFINE_uint64(generation, 1, "upgrade generation of this process (set by the upgrade module)");
-DEFINE_string(build_id, "", "build identification shown in stats (default: version)");
+DEFINE_string(build_id, "",
+              "build identification shown in stats and ping and logged by upgrades (default: the "
+              "version and git build id, as --version prints them)");
 DEFINE_string(upgrade_binary, "",
               "binary a live upgrade (SIGUSR2, kvctl upgrade) execs (default: the path this "
               "process was started from, resolved at start)");
@@ -104,10 +107,6 @@ DEFINE_int64(upgrade_step_deadline_ms, 30000,
              "live upgrade: deadline of the old process's steps that have none of their own "
              "(memtable flush, RocksDB close); the watchdog rolls back 2 s after it");
 
-#ifndef KVNODE_VERSION
-#define KVNODE_VERSION "dev"
-#endif
-
 int main(int argc, char** argv) {
   // Everything the node creates is its user's only: RocksDB's directory and
   // files (which follow the umask: 0755/0644 under the usual 022 would let any
@@ -123,7 +122,7 @@ int main(int argc, char** argv) {
       "  kvnode --db_path DIR [--listen HOST:PORT] [--admin_socket PATH] ...\n"
       "GETs are served by one-sided RDMA READs of a shared-memory arena; PUT/DELETE by RPC\n"
       "into RocksDB. SIGTERM/SIGINT stop it cleanly. Flags:");
-  gflags::SetVersionString(KVNODE_VERSION);
+  gflags::SetVersionString(kvnode::base::kVersionString);
   // --help lists this program's own flags; --helpfull adds gflags' and glog's.
   gflags::ParseCommandLineNonHelpFlags(&argc, &argv, true);
   if (FLAGS_help) {
@@ -175,7 +174,7 @@ int main(int argc, char** argv) {
   o.pid_file = FLAGS_pid_file;
   o.admin_socket = FLAGS_admin_socket;
   o.generation = FLAGS_generation;
-  o.build_id = FLAGS_build_id.empty() ? std::string(KVNODE_VERSION) : FLAGS_build_id;
+  o.build_id = FLAGS_build_id.empty() ? std::string(kvnode::base::kVersionString) : FLAGS_build_id;
 
   namespace up = kvnode::upgrade;
   absl::StatusOr<up::FaultPlan> plan = up::FaultPlan::Parse(FLAGS_upgrade_fault);

@@ -81,9 +81,9 @@ absl::StatusOr<std::pair<std::unique_ptr<server::Server>, std::unique_ptr<NewSid
   if (absl::Status s = ch.Send(hello, absl::Now() + upgrade.send_deadline); !s.ok()) {
     return WithContext(s, "sending Hello");
   }
-  LOG(INFO) << "upgrade: new process " << getpid() << " (build " << upgrade.build_id
-            << ") taking over from pid " << arg->o_pid << " (build " << h->build_id
-            << ") as generation " << options.generation;
+  LOG(INFO) << "upgrade: new process " << getpid() << " taking over from pid " << arg->o_pid
+            << " as generation " << options.generation << ", version " << h->build_id << " -> "
+            << upgrade.build_id;
 
   // 2. Attach, register, Ready: O serves everything meanwhile.
   if (absl::Status s = MaybeInjectFault(Phase::kNAttach); !s.ok()) {

@@ -356,7 +356,10 @@ absl::Status OldSide::AwaitHelloAndReady(Attempt& a) {
         absl::StrCat("Hello from pid ", hello->pid, " generation ", hello->generation,
                      ", expected pid ", a.child_pid, " generation ", a.new_generation));
   }
-  LOG(INFO) << "upgrade: Hello from pid " << hello->pid << " (build " << hello->build_id << ")";
+  // Versions are not compared (the header's layout and protocol versions
+  // decide); the log says which version replaces which.
+  LOG(INFO) << "upgrade: Hello from pid " << hello->pid << ", version " << options_.build_id
+            << " -> " << hello->build_id;
   deadline = absl::Now() + options_.ready_deadline;
   if (absl::Status s = a.Step("n_ready", deadline); !s.ok()) return s;
   m = Receive(a, deadline);

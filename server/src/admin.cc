@@ -116,12 +116,14 @@ std::string AdminErrorAnswer(std::string_view message) {
   return Line(json{{"ok", false}, {"error", std::string(message)}});
 }
 
-std::string AdminPingAnswer(uint64_t generation, int64_t pid, std::string_view listen) {
+std::string AdminPingAnswer(uint64_t generation, int64_t pid, std::string_view listen,
+                            std::string_view build_id) {
   return Line(json{{"ok", true},
                    {"pong", true},
                    {"generation", generation},
                    {"pid", pid},
-                   {"listen", std::string(listen)}});
+                   {"listen", std::string(listen)},
+                   {"build_id", std::string(build_id)}});
 }
 
 std::string DrainAnswer(uint64_t clients, uint32_t timeout_s) {

@@ -94,7 +94,7 @@ void ServerImpl::AnswerAdmin(AdminConn& a) {
   };
   switch (req->command) {
     case AdminCommand::kPing:
-      a.out = AdminPingAnswer(opt_.generation, getpid(), listen_addr_);
+      a.out = AdminPingAnswer(opt_.generation, getpid(), listen_addr_, opt_.build_id);
       break;
     case AdminCommand::kStats:
       a.out = StatsAnswer(Stats());

@@ -108,10 +108,11 @@ TEST(AdminRender, ErrorAndPing) {
   json e = json::parse(AdminErrorAnswer("not implemented yet"));
   EXPECT_EQ(e["ok"], false);
   EXPECT_EQ(e["error"], "not implemented yet");
-  json p = json::parse(AdminPingAnswer(5, 99, "127.0.0.1:7000"));
+  json p = json::parse(AdminPingAnswer(5, 99, "127.0.0.1:7000", "0.1.0 (build g123)"));
   EXPECT_EQ(p["ok"], true);
   EXPECT_EQ(p["generation"], 5);
   EXPECT_EQ(p["listen"], "127.0.0.1:7000");
+  EXPECT_EQ(p["build_id"], "0.1.0 (build g123)");
 }
 
 TEST(AdminRender, InvalidUtf8DoesNotThrow) {

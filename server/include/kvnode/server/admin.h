@@ -105,7 +105,8 @@ std::string AccessFlagsString(int access);
 // One line each, with the trailing '\n'.
 std::string AdminErrorAnswer(std::string_view message);
 // {"ok":true,"pong":true,"generation":G,"pid":P,"listen":"host:port"}
-std::string AdminPingAnswer(uint64_t generation, int64_t pid, std::string_view listen);
+std::string AdminPingAnswer(uint64_t generation, int64_t pid, std::string_view listen,
+                            std::string_view build_id);
 // {"ok":true,"drain":"started","clients":N,"timeout_s":T}
 std::string DrainAnswer(uint64_t clients, uint32_t timeout_s);
 std::string StatsAnswer(const StatsView& v);
