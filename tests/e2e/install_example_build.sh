@@ -37,18 +37,21 @@ grep -qx "ExecStart=$prefix/bin/kvnode \\\\" "$prefix/lib/systemd/system/kvnode.
   fail "unit's ExecStart does not name $prefix/bin/kvnode"
 grep -qx "EnvironmentFile=$prefix/etc/kvnode/kvnode.env" "$prefix/lib/systemd/system/kvnode.service" ||
   fail "unit's EnvironmentFile does not name $prefix/etc/kvnode/kvnode.env"
-"$prefix/bin/kvnode" --version | grep -E 'kvnode version [0-9]+\.[0-9]+\.[0-9]+ \(build [^)]+\)' ||
-  fail "kvnode --version: $("$prefix/bin/kvnode" --version 2>&1)"
-"$prefix/bin/kvctl" --version | grep -E 'kvctl version [0-9]+\.[0-9]+\.[0-9]+ \(build [^)]+\)' ||
-  fail "kvctl --version: $("$prefix/bin/kvctl" --version 2>&1)"
+for b in kvnode kvctl; do
+  v=$("$prefix/bin/$b" --version 2>&1 | head -1)
+  [[ $v =~ ^$b\ version\ [0-9]+\.[0-9]+\.[0-9]+\ \(build\ [^\)]+\)$ ]] || fail "$b --version: $v"
+  echo "$v"
+done
 
 # The example, as an application outside the tree would build it.
 cmake -S "$src/examples/hello_client" -B "$out/build" -DCMAKE_PREFIX_PATH="$prefix" \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo $(command -v ccache >/dev/null && echo -DCMAKE_CXX_COMPILER_LAUNCHER=ccache) \
   >"$out/configure.log" || { cat "$out/configure.log"; fail "example: configure"; }
 cmake --build "$out/build" >"$out/build.log" || { cat "$out/build.log"; fail "example: build"; }
-ldd "$out/build/hello_client" | grep -q "$prefix/$libdir/libkvclient.so" ||
-  fail "hello_client does not use the installed libkvclient.so: $(ldd "$out/build/hello_client")"
+# Whole outputs first: grep -q in a pipe would cut the writer off (pipefail).
+libs=$(ldd "$out/build/hello_client")
+[[ $libs == *"$prefix/$libdir/libkvclient.so"* ]] ||
+  fail "hello_client does not use the installed libkvclient.so: $libs"
 # pkg-config users: the same program, static library (Libs.private counts).
 PKG_CONFIG_PATH=$prefix/$libdir/pkgconfig
 export PKG_CONFIG_PATH
