@@ -6,6 +6,9 @@
 # the directories systemd would create (StateDirectory=, RuntimeDirectory=,
 # both 0700) and /etc/kvnode (the env file, the token) live under a temp root.
 # Only the binary's path is this build's instead of /usr/local/bin/kvnode.
+# KV_UNIT, KV_UNIT_ENV, KV_UNIT_EXEC (the unit, its env file, the ExecStart
+# binary it names) and KV_NODE_BIN_REAL select another unit: e2e_deb_unit
+# runs the one the .deb installs (package_deb unpacks it).
 #
 # 1. The env file as shipped (listen on 0.0.0.0:7000, no advertise address):
 #    the node refuses to start and names --advertise_address.
@@ -20,7 +23,8 @@ source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/upgrade_lib.sh"
 kv_require_device
 repo=$(cd "$(dirname "$0")/../.." && pwd)
-unit=$repo/deploy/kvnode.service
+unit=${KV_UNIT:-$repo/deploy/kvnode.service}
+unit_exec=${KV_UNIT_EXEC:-/usr/local/bin/kvnode}
 KV_NODE_BIN=${KV_NODE_BIN_REAL:-$KV_BUILD/node/kvnode}
 
 root=$(mktemp -d "/tmp/kv-e2e-$KV_TEST.XXXXXX")
@@ -29,7 +33,7 @@ mkdir -p "$root/var/lib" "$root/run" "$root/etc"
 mkdir -m 700 "$root/var/lib/kvnode" "$root/run/kvnode" "$root/etc/kvnode"
 KV_TOKEN=$root/etc/kvnode/token
 (umask 077 && head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$KV_TOKEN")
-cp "$repo/deploy/kvnode.env" "$root/etc/kvnode/kvnode.env"
+cp "${KV_UNIT_ENV:-$repo/deploy/kvnode.env}" "$root/etc/kvnode/kvnode.env"
 KV_ADMIN=$root/run/kvnode/admin.sock
 pid_file=$root/run/kvnode/kvnode.pid
 
@@ -46,7 +50,7 @@ unit_command() {
 # start_unit LOG: runs the unit's ExecStart (this build's binary) in the background.
 start_unit() {
   unit_command ExecStart
-  [[ ${CMD[0]} == /usr/local/bin/kvnode ]] || kv_fail "ExecStart runs ${CMD[0]}, expected /usr/local/bin/kvnode"
+  [[ ${CMD[0]} == "$unit_exec" ]] || kv_fail "ExecStart runs ${CMD[0]}, expected $unit_exec"
   KV_LOG=$1
   "$KV_NODE_BIN" "${CMD[@]:1}" >"$KV_LOG" 2>&1 &
   KV_PID=$!

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The Debian package (label unit, host, no root needed): deploy/package.sh
 # builds kvnode_<version>_amd64.deb; its control declares the shared
-# libraries' packages (dpkg-shlibdeps: libibverbs1, Abseil, glog, ...; RocksDB is linked statically) and
-# adduser, the env file is a conffile, the maintainer scripts are there;
-# `dpkg -x` into a throwaway root shows the binaries, libkvclient with its
-# SONAME, the client headers, the CMake package, the unit pointing at
+# libraries' packages (dpkg-shlibdeps: libibverbs1, Abseil, glog, ...;
+# RocksDB is linked statically) and adduser, the env file is a conffile, the
+# maintainer scripts are there; `dpkg -x` into build/package/root (where
+# e2e_deb_unit finds the packaged unit) shows the binaries, libkvclient with
+# its SONAME, the client headers, the CMake package, the unit pointing at
 # /usr/bin/kvnode and /etc/kvnode/kvnode.env, and the extracted kvnode runs.
 # Then, as root, a real dpkg -i, reinstall and purge in an overlay root.
 set -euo pipefail
@@ -23,9 +24,12 @@ done
 [[ $(dpkg-deb -f "$deb" Package) == kvnode && $(dpkg-deb -f "$deb" Architecture) == amd64 ]] ||
   fail "control: $info"
 ctl=$(mktemp -d /tmp/kvnode-deb-ctl.XXXXXX)
-root=$(mktemp -d /tmp/kvnode-deb-root.XXXXXX)
+# Unpacked where e2e_deb_unit (in the VM) finds the packaged unit and binary.
+root=$build/package/root
+rm -rf "$root"
+mkdir -p "$root"
 ovl=$(mktemp -d /tmp/kvnode-deb-ovl.XXXXXX)
-trap 'rm -rf "$ctl" "$root"; rmdir "$ovl" 2>/dev/null || true' EXIT
+trap 'rm -rf "$ctl"; rmdir "$ovl" 2>/dev/null || true' EXIT
 dpkg-deb -e "$deb" "$ctl"
 [[ $(cat "$ctl/conffiles") == /etc/kvnode/kvnode.env ]] || fail "conffiles: $(cat "$ctl/conffiles")"
 for s in postinst prerm postrm; do
