@@ -46,6 +46,10 @@ absl::Status ClientOptions::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("max_outstanding (--depth) = ", max_outstanding, ": must be 1..256"));
   }
+  if (max_outstanding_writes > 256) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_outstanding_writes = ", max_outstanding_writes, ": must be 0..256"));
+  }
   if (op_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("op_timeout must be > 0");
   }
@@ -85,8 +89,8 @@ const char* OpKindName(OpKind kind) {
 // --- Impl: setup -----------------------------------------------------------------------
 
 absl::Status Client::Impl::Init() {
-  slots_.resize(options_.max_outstanding);
-  for (uint32_t i = options_.max_outstanding; i > 0; --i) free_.push_back(i - 1);
+  slots_.resize(slot_count());
+  for (uint32_t i = slot_count(); i > 0; --i) free_.push_back(i - 1);
   for (Slot& s : slots_) s.key.reserve(storage::kMaxKeySize);
   endpoint_ = options_.server;
   reconnect_backoff_ = options_.reconnect_backoff_min;
@@ -128,14 +132,14 @@ absl::Status Client::Impl::InitDevice() {
   rdma::CqOptions copt;
   // Two sessions at once while moving, each with one send WR per slot and one
   // receive per slot, plus drain markers.
-  copt.depth = static_cast<int>(4 * options_.max_outstanding + 16);
+  copt.depth = static_cast<int>(4 * slot_count() + 16);
   copt.with_channel = true;
   copt.label = "kvclient-cq";
   absl::StatusOr<std::shared_ptr<rdma::Cq>> cq = rdma::Cq::Create(device_, copt);
   if (!cq.ok()) return cq.status();
   cq_ = *std::move(cq);
 
-  const size_t bytes = PageRound(size_t{options_.max_outstanding} * kSlotStride);
+  const size_t bytes = PageRound(size_t{slot_count()} * kSlotStride);
   absl::StatusOr<rdma::HostMemory> mem = rdma::HostMemory::Allocate(bytes);
   if (!mem.ok()) return mem.status();
   slot_mem_ = *std::move(mem);
@@ -149,7 +153,7 @@ absl::Status Client::Impl::InitDevice() {
 
   for (int side = 0; side < 2; ++side) {
     absl::StatusOr<rdma::HostMemory> rm =
-        rdma::HostMemory::Allocate(PageRound(size_t{options_.max_outstanding} * kRecvBufSize));
+        rdma::HostMemory::Allocate(PageRound(size_t{slot_count()} * kRecvBufSize));
     if (!rm.ok()) return rm.status();
     recv_mem_[side] = *std::move(rm);
     rdma::MrOptions ropt;
@@ -368,6 +372,8 @@ absl::Status Client::Ping(absl::Time deadline) {
 
 OpResult Client::Execute(const OpRequest& op) { return impl_->Execute(op); }
 uint32_t Client::available() const { return impl_->available(); }
+uint32_t Client::available(OpKind kind) const { return impl_->available(kind); }
+uint32_t Client::writes_held() const { return impl_->held_writes(); }
 uint32_t Client::outstanding() const { return impl_->outstanding(); }
 absl::Status Client::Submit(const OpRequest& op) { return impl_->Submit(op); }
 size_t Client::Poll(std::span<OpResult> out) { return impl_->Poll(out); }

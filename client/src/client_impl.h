@@ -12,6 +12,7 @@
 
 #include <poll.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -178,6 +179,7 @@ struct Slot {
   uint8_t sends_outstanding = 0;
   bool awaiting_response = false;
   bool in_queue = false;  // an entry for this slot is in Impl::queue_
+  bool held = false;      // a write outside max_outstanding (Impl::Hold)
   bool reported = false;  // returned by Poll
   uint32_t epoch = 0;     // session epoch of the outstanding work
   uint32_t sends = 0;
@@ -206,8 +208,24 @@ class Client::Impl {
   size_t Poll(std::span<OpResult> out);
   void Wait(absl::Time until);
   void AppendWaitFds(std::vector<struct pollfd>* fds, absl::Time* until);
-  uint32_t available() const { return static_cast<uint32_t>(free_.size()); }
-  uint32_t outstanding() const { return options_.max_outstanding - available(); }
+  // The budgets (see client.h): active_ = slots in flight that count
+  // against max_outstanding; held_ = writes answered BUSY (outside it);
+  // writes_ = writes in flight, held or not. Invariants:
+  //   (1) active_ <= max_outstanding, writes_ <= write_budget();
+  //   (2) held_ <= writes_, so a held write never needs a slot that a GET
+  //       could use: slots_ = max_outstanding + write_budget().
+  uint32_t write_budget() const {
+    return options_.max_outstanding_writes == 0 ? options_.max_outstanding
+                                                : options_.max_outstanding_writes;
+  }
+  uint32_t slot_count() const { return options_.max_outstanding + write_budget(); }
+  uint32_t available() const { return options_.max_outstanding - active_; }
+  uint32_t available(OpKind kind) const {
+    if (kind == OpKind::kGet || kind == OpKind::kPing) return available();
+    return std::min(available(), write_budget() - writes_);
+  }
+  uint32_t outstanding() const { return static_cast<uint32_t>(slots_.size() - free_.size()); }
+  uint32_t held_writes() const { return held_; }
 
   ClientOptions options_;
   ClientStats stats_;
@@ -273,6 +291,9 @@ class Client::Impl {
   absl::Status EncodeRpc(uint32_t idx, std::string_view value);
   void MarkBroken(Session* s, absl::Status why);
   void Requeue(uint32_t idx, absl::Time not_before);
+  // A write that waits (BUSY, or no session to send it on) leaves the
+  // max_outstanding budget until it finishes.
+  void Hold(uint32_t idx);
   void Finish(uint32_t idx, absl::Status status);
   void MaybeFree(uint32_t idx);
   void RunQueue(absl::Time now);
@@ -310,6 +331,9 @@ class Client::Impl {
 
   std::vector<Slot> slots_;
   std::vector<uint32_t> free_;
+  uint32_t active_ = 0;
+  uint32_t held_ = 0;
+  uint32_t writes_ = 0;
   std::deque<uint32_t> queue_;  // slots in State::kQueued
   std::deque<uint32_t> done_;   // finished, not yet returned by Poll
   uint64_t next_sequence_ = 1;

@@ -65,13 +65,20 @@ absl::Status Client::Impl::Submit(const OpRequest& op) {
     return absl::InvalidArgumentError(
         absl::StrCat("value of ", op.value.size(), " bytes: must be <= ", storage::kMaxValueSize));
   }
-  if (free_.empty()) {
-    return absl::ResourceExhaustedError(absl::StrCat("client has ", options_.max_outstanding,
-                                                     " operations outstanding; Poll first"));
+  const bool write = op.kind == OpKind::kPut || op.kind == OpKind::kDelete;
+  if (available(op.kind) == 0 || free_.empty()) {
+    return absl::ResourceExhaustedError(
+        write && available() > 0 ? absl::StrCat("client has ", writes_, " writes outstanding (",
+                                                held_, " held); Poll first")
+                                 : absl::StrCat("client has ", options_.max_outstanding,
+                                                " operations outstanding; Poll first"));
   }
   const uint32_t idx = free_.back();
   free_.pop_back();
+  ++active_;
+  if (write) ++writes_;
   Slot& s = slots_[idx];
+  s.held = false;
   const absl::Time now = absl::Now();
   s.state = Slot::State::kQueued;
   s.kind = op.kind;
@@ -104,6 +111,8 @@ absl::Status Client::Impl::Submit(const OpRequest& op) {
     if (absl::Status st = EncodeRpc(idx, op.value); !st.ok()) {
       s.state = Slot::State::kFree;
       free_.push_back(idx);
+      --active_;
+      if (write) --writes_;
       return st;
     }
   }
@@ -137,9 +146,18 @@ void Client::Impl::Requeue(uint32_t idx, absl::Time not_before) {
   }
 }
 
+void Client::Impl::Hold(uint32_t idx) {
+  Slot& s = slots_[idx];
+  if (s.held || (s.kind != OpKind::kPut && s.kind != OpKind::kDelete)) return;
+  s.held = true;
+  --active_;
+  ++held_;
+}
+
 void Client::Impl::Start(uint32_t idx) {
   Slot& s = slots_[idx];
   if (!CanRead() || s.not_before > absl::Now()) {
+    if (!CanRead()) Hold(idx);
     Requeue(idx, s.not_before);
     return;
   }
@@ -149,6 +167,7 @@ void Client::Impl::Start(uint32_t idx) {
     return;
   }
   if (!CanSend()) {  // moving: the RPC goes on the new session
+    Hold(idx);
     Requeue(idx, s.not_before);
     return;
   }
@@ -247,6 +266,13 @@ void Client::Impl::MaybeFree(uint32_t idx) {
       s.sends_outstanding == 0) {
     s.state = Slot::State::kFree;
     free_.push_back(idx);
+    if (s.held) {
+      --held_;
+    } else {
+      --active_;
+    }
+    if (s.kind == OpKind::kPut || s.kind == OpKind::kDelete) --writes_;
+    s.held = false;
   }
 }
 
@@ -422,6 +448,7 @@ void Client::Impl::OnResponse(Session* ses, uint32_t i, uint32_t byte_len) {
       break;
     case proto::RpcStatus::kBusy: {
       ++stats_.busy;
+      Hold(idx);
       const int shift = static_cast<int>(std::min<uint32_t>(s.busy_count++, 10));
       Requeue(idx,
               now + std::min(options_.busy_backoff_min * (1 << shift), options_.busy_backoff_max));

@@ -237,10 +237,10 @@ absl::Status Client::Impl::OnWelcome(Session* s, const proto::Welcome& w) {
 
   // QP with its receive buffers posted before the server can send. Local
   // verbs calls: they do not wait for the server.
-  s->recv_buffers = std::min(options_.max_outstanding, w.max_rpc_credits);
+  s->recv_buffers = std::min(slot_count(), w.max_rpc_credits);
   s->credits = s->recv_buffers;
   rdma::QpOptions qopt;
-  qopt.max_send_wr = options_.max_outstanding;
+  qopt.max_send_wr = slot_count();
   qopt.max_recv_wr = s->recv_buffers;
   qopt.remote_access = 0;  // nobody reads or writes client memory
   qopt.timeout = options_.qp_timeout;

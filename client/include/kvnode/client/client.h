@@ -12,7 +12,12 @@
 //            retry reuses the sequence, so the server applies a write once.
 // Up to ClientOptions.max_outstanding operations are in flight at once on
 // the one QP (the asynchronous API: Submit + Poll). Every operation has a
-// deadline and fails only when it passes.
+// deadline and fails only when it passes. A write (PUT, DELETE) the server
+// answered BUSY (writes paused during a live upgrade) is held: it leaves the
+// max_outstanding budget and waits in a budget of its own
+// (max_outstanding_writes, bounding every write in flight), re-sent with its
+// sequence until it is applied, so GETs keep being issued and answered
+// while writes wait.
 //
 // Resilience (the contract with the server, see docs/protocol.md):
 //   - Move (live upgrade): the client opens a new session at the given
@@ -80,6 +85,10 @@ struct ClientOptions {
   // Operations in flight at once (the depth of the asynchronous API).
   // Default 32. 1..256. Registered memory grows with it (~52 KiB each).
   uint32_t max_outstanding = 32;
+  // PUTs and DELETEs in flight at once, held ones (answered BUSY) included.
+  // Default 0: max_outstanding. 0..256. Held writes do not count against
+  // max_outstanding, so the client has max_outstanding + this many slots.
+  uint32_t max_outstanding_writes = 0;
   // Deadline of an operation submitted without one. Default 5 s.
   absl::Duration op_timeout = absl::Seconds(5);
   // Bound on each wait for the server during a handshake (TCP connect,
@@ -207,10 +216,21 @@ class Client {
   [[nodiscard]] OpResult Execute(const OpRequest& op);
 
   // --- asynchronous API -------------------------------------------------------
-  // Operations that may still be submitted (max_outstanding - in flight).
+  // Operations that may still be submitted: max_outstanding - in flight,
+  // held writes not counted.
   uint32_t available() const;
+  // Operations of `kind` that may still be submitted: available() for GET
+  // and PING; for PUT and DELETE also bounded by max_outstanding_writes -
+  // writes in flight (held or not). Pick the next operation with it to keep
+  // reads going while writes are held.
+  uint32_t available(OpKind kind) const;
+  // Every operation in flight (held writes included; finished ones until
+  // Poll returned them).
   uint32_t outstanding() const;
-  // Starts `op`. ResourceExhausted when available() == 0; InvalidArgument
+  // Writes in flight that the server answered BUSY and that wait to be
+  // re-sent (outside max_outstanding).
+  uint32_t writes_held() const;
+  // Starts `op`. ResourceExhausted when available(op.kind) == 0; InvalidArgument
   // for a bad key/value (nothing started); Unavailable when the client is
   // closed or (reconnect off) the session is lost. Anything else is reported
   // in the op's OpResult.
