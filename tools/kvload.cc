@@ -127,7 +127,9 @@ class Worker {
         clients_(std::move(clients)),
         rng_(load::Rng::ForStream(shared->wopt.seed, index)) {
     for (auto& c : clients_) raw_.push_back(c.get());
-    pending_.resize(clients_.size() * FLAGS_depth);
+    // Each client has --depth operations plus up to --depth held writes
+    // (libkvclient's max_outstanding_writes) in flight.
+    pending_.resize(clients_.size() * FLAGS_depth * 2);
     for (uint32_t i = 0; i < pending_.size(); ++i) free_.push_back(i);
     value_.resize(std::max<size_t>(shared->wopt.value_size, 1));
   }
@@ -178,6 +180,11 @@ class Worker {
       }
       p.op = load::ChooseOp(shared_->wopt, rng_);
       p.key = shared_->chooser->Next(rng_);
+      // Every write this client may have in flight is held (writes paused
+      // by a live upgrade): a GET instead, so reads never wait for writes.
+      if (p.op != load::OpType::kRead && c->available(OpKind::kPut) == 0) {
+        p.op = load::OpType::kRead;
+      }
     }
     if (p.op != load::OpType::kRead) {
       uint8_t expected = 0;
@@ -234,9 +241,12 @@ class Worker {
     }
   }
 
-  void Complete(const OpResult& r) {
+  void Complete(const OpResult& r, bool writes_held) {
     const uint32_t slot = static_cast<uint32_t>(r.user_data);
     const Pending p = pending_[slot];
+    if (p.op == load::OpType::kRead && !p.preload && writes_held) {
+      ++stats_.reads_while_writes_held;
+    }
     free_.push_back(slot);
     const uint64_t end_ns = NowNs(shared_->t0);
     const bool not_found = absl::IsNotFound(r.status);
@@ -285,7 +295,9 @@ class Worker {
       bool progress = false;
       if (issuing) issuing = preload ? !g_stop.load() : MayIssue();
       for (Client* c : raw_) {
-        while (issuing && c->available() > 0 && !free_.empty()) {
+        // The preload only writes; the run picks a GET when writes are held.
+        while (issuing && c->available(preload ? OpKind::kPut : OpKind::kGet) > 0 &&
+               !free_.empty()) {
           if (!IssueOne(c, preload)) {
             issuing = false;
             break;
@@ -294,7 +306,8 @@ class Worker {
         }
         size_t n;
         while ((n = c->Poll(std::span<OpResult>(results))) > 0) {
-          for (size_t i = 0; i < n; ++i) Complete(results[i]);
+          const bool held = c->writes_held() > 0;
+          for (size_t i = 0; i < n; ++i) Complete(results[i], held);
           progress = true;
         }
       }

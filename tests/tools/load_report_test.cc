@@ -23,8 +23,10 @@ LoadStats SampleStats() {
 TEST(ReportTest, EveryPromisedKeyIsPresent) {
   const LoadStats s = SampleStats();
   const nlohmann::json r = BuildReport(s, 2.0, {{"workload", "A"}});
-  for (const char* key : {"ops", "reads", "writes", "failed_ops", "verify_errors", "stale_reads",
-                          "duration_s", "ops_per_s", "latency_us", "timeline", "blackout_ms"}) {
+  for (const char* key :
+       {"ops", "reads", "writes", "failed_ops", "verify_errors", "stale_reads", "duration_s",
+        "ops_per_s", "latency_us", "timeline", "blackout_ms", "blackout_read_ms",
+        "blackout_write_ms", "reads_in_write_blackout", "reads_while_writes_held"}) {
     EXPECT_TRUE(r.contains(key)) << key;
   }
   for (const char* kind : {"", "read", "write"}) {
@@ -64,6 +66,34 @@ TEST(ReportTest, EveryPromisedKeyIsPresent) {
   // Completions 1 ms apart, then the DELETE ~1 ms after the last.
   EXPECT_NEAR(r["blackout_ms"].get<double>(), 1.03, 0.05);
   EXPECT_FALSE(FormatSummary(r).empty());
+}
+
+// Writes stop for 500 ms while GETs go on: the read and write blackouts are
+// told apart, and the GETs completed inside the write gap are counted.
+TEST(ReportTest, ReadAndWriteBlackoutsApart) {
+  LoadStats s;
+  for (uint64_t ms = 0; ms < 1000; ++ms) {
+    const uint64_t t = ms * 1'000'000;
+    s.RecordCompletion(OpType::kRead, t, t + 10'000);
+    if (ms < 200 || ms >= 700) s.RecordCompletion(OpType::kPut, t, t + 20'000);
+  }
+  s.reads_while_writes_held = 7;
+  LoadStats merged;
+  merged.Merge(s);
+  const nlohmann::json r = BuildReport(merged, 1.0);
+  EXPECT_NEAR(r["blackout_ms"].get<double>(), 1.0, 0.05);
+  EXPECT_NEAR(r["blackout_read_ms"].get<double>(), 1.0, 0.05);
+  EXPECT_NEAR(r["blackout_write_ms"].get<double>(), 501.0, 0.05);
+  EXPECT_NEAR(r["blackout_write_start_ms"].get<double>(), 199.02, 0.05);
+  // GETs at 200..699 ms; the slots wholly inside (199.02, 700.02) ms hold
+  // those at 200..699 but the first and last slot touch the gap's ends.
+  EXPECT_GE(r["reads_in_write_blackout"].get<uint64_t>(), 480u);
+  EXPECT_LE(r["reads_in_write_blackout"].get<uint64_t>(), 500u);
+  EXPECT_EQ(r["reads_while_writes_held"], 7);
+  EXPECT_EQ(r["timeline"][30]["reads"], 10);
+  EXPECT_EQ(r["timeline"][30]["writes"], 0);
+  EXPECT_EQ(r["timeline"][80]["writes"], 10);
+  EXPECT_NE(FormatSummary(r).find("writes 501.0 ms"), std::string::npos) << FormatSummary(r);
 }
 
 TEST(ReportTest, MergeAddsEverything) {

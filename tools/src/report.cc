@@ -6,6 +6,17 @@ namespace kvnode::load {
 namespace {
 
 double Us(uint64_t ns) { return static_cast<double>(ns) / 1000.0; }
+double Ms(uint64_t ns) { return static_cast<double>(ns) / 1e6; }
+
+// Completions in `t` strictly inside (start_ns, end_ns), counting only slots
+// that lie wholly inside (the timeline keeps no finer times).
+uint64_t CompletionsInside(const Timeline& t, uint64_t start_ns, uint64_t end_ns) {
+  uint64_t n = 0;
+  for (const Timeline::Slot& s : t.slots()) {
+    if (s.ops > 0 && s.first_ns > start_ns && s.last_ns < end_ns) n += s.ops;
+  }
+  return n;
+}
 
 nlohmann::json LatencyJson(const LatencyHistogram& h) {
   return {{"p50", Us(h.Percentile(50))},    {"p99", Us(h.Percentile(99))},
@@ -27,10 +38,12 @@ void LoadStats::RecordCompletion(OpType op, uint64_t start_ns, uint64_t end_ns, 
     ++reads;
     if (nf) ++not_found;
     read_latency.Record(latency);
+    read_timeline.Record(end_ns, latency);
   } else {
     ++writes;
     if (op == OpType::kDelete) ++deletes;
     write_latency.Record(latency);
+    write_timeline.Record(end_ns, latency);
   }
   timeline.Record(end_ns, latency);
 }
@@ -41,10 +54,13 @@ void LoadStats::Merge(const LoadStats& o) {
   deletes += o.deletes;
   not_found += o.not_found;
   failed_ops += o.failed_ops;
+  reads_while_writes_held += o.reads_while_writes_held;
   for (size_t i = 0; i < verdicts.size(); ++i) verdicts[i] += o.verdicts[i];
   read_latency.Merge(o.read_latency);
   write_latency.Merge(o.write_latency);
   timeline.Merge(o.timeline);
+  read_timeline.Merge(o.read_timeline);
+  write_timeline.Merge(o.write_timeline);
 }
 
 std::string FormatProgressLine(double elapsed_s, double interval_s, const LoadStats& now,
@@ -77,12 +93,18 @@ nlohmann::json BuildReport(const LoadStats& s, double duration_s, const nlohmann
   nlohmann::json timeline = nlohmann::json::array();
   const double slot_ms = static_cast<double>(s.timeline.slot_ns()) / 1e6;
   const auto& slots = s.timeline.slots();
+  const auto& read_slots = s.read_timeline.slots();
+  const auto& write_slots = s.write_timeline.slots();
   for (size_t i = 0; i < slots.size(); ++i) {
     timeline.push_back({{"t_ms", static_cast<double>(i) * slot_ms},
                         {"ops", slots[i].ops},
+                        {"reads", i < read_slots.size() ? read_slots[i].ops : 0},
+                        {"writes", i < write_slots.size() ? write_slots[i].ops : 0},
                         {"max_latency_us", Us(slots[i].max_latency_ns)}});
   }
   const Gap gap = LongestGap(s.timeline);
+  const Gap read_gap = LongestGap(s.read_timeline);
+  const Gap write_gap = LongestGap(s.write_timeline);
 
   nlohmann::json j = {
       {"ops", s.ops()},
@@ -99,6 +121,14 @@ nlohmann::json BuildReport(const LoadStats& s, double duration_s, const nlohmann
       {"latency_us", std::move(latency)},
       {"blackout_ms", static_cast<double>(gap.gap_ns) / 1e6},
       {"blackout_start_ms", static_cast<double>(gap.start_ns) / 1e6},
+      {"blackout_read_ms", Ms(read_gap.gap_ns)},
+      {"blackout_write_ms", Ms(write_gap.gap_ns)},
+      {"blackout_write_start_ms", Ms(write_gap.start_ns)},
+      {"reads_in_write_blackout",
+       write_gap.gap_ns == 0
+           ? uint64_t{0}
+           : CompletionsInside(s.read_timeline, write_gap.start_ns, write_gap.end_ns)},
+      {"reads_while_writes_held", s.reads_while_writes_held},
       {"timeline_slot_ms", slot_ms},
       {"timeline", std::move(timeline)},
       {"config", config},
@@ -111,9 +141,11 @@ std::string FormatSummary(const nlohmann::json& r) {
   const nlohmann::json& lat = r.at("latency_us");
   std::string out = absl::StrFormat(
       "ops %.0f (reads %.0f, writes %.0f) in %.2f s = %.0f ops/s\n"
-      "failed %.0f  verify errors %.0f  stale reads %.0f  longest gap %.1f ms\n",
+      "failed %.0f  verify errors %.0f  stale reads %.0f  longest gap %.1f ms"
+      " (GETs %.1f ms, writes %.1f ms)\n",
       num("ops"), num("reads"), num("writes"), num("duration_s"), num("ops_per_s"),
-      num("failed_ops"), num("verify_errors"), num("stale_reads"), num("blackout_ms"));
+      num("failed_ops"), num("verify_errors"), num("stale_reads"), num("blackout_ms"),
+      num("blackout_read_ms"), num("blackout_write_ms"));
   for (const char* kind : {"read", "write"}) {
     const nlohmann::json& l = lat.at(kind);
     out += absl::StrFormat("%-5s latency us: p50 %.1f  p99 %.1f  p99.9 %.1f  max %.1f\n", kind,

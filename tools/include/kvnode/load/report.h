@@ -29,9 +29,16 @@ struct LoadStats {
   // Read verdicts other than kOk, by kind (index = ReadVerdict).
   std::array<uint64_t, kReadVerdictCount> verdicts{};
 
+  // GETs that completed while their client had at least one write held
+  // (answered BUSY and waiting to be re-sent): reads served during a pause
+  // of writes.
+  uint64_t reads_while_writes_held = 0;
+
   LatencyHistogram read_latency;
   LatencyHistogram write_latency;
-  Timeline timeline;
+  Timeline timeline;        // every completion
+  Timeline read_timeline;   // GETs only
+  Timeline write_timeline;  // PUTs and DELETEs only
 
   uint64_t ops() const { return reads + writes; }
   // Every failed verification, stale reads included.
@@ -59,7 +66,11 @@ std::string FormatProgressLine(double elapsed_s, double interval_s, const LoadSt
 // verify_errors, stale_reads, verify {corrupt, wrong_key, stale, missing,
 // unknown_version}, duration_s, ops_per_s, latency_us {p50, p99, p999, max,
 // mean, read {...}, write {...}}, blackout_ms, blackout_start_ms,
-// timeline_slot_ms, timeline [{t_ms, ops, max_latency_us}, ...] (one entry
+// blackout_read_ms, blackout_write_ms (the same over GETs only, writes
+// only), blackout_write_start_ms, reads_in_write_blackout (GETs completed
+// inside the longest gap between writes, at timeline slot resolution),
+// reads_while_writes_held, timeline_slot_ms, timeline [{t_ms, ops, reads, writes, max_latency_us},
+// ...] (one entry
 // per slot from 0 to the last completion), and `config` = the given object.
 nlohmann::json BuildReport(const LoadStats& stats, double duration_s,
                            const nlohmann::json& config = nlohmann::json::object());
