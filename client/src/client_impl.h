@@ -36,6 +36,7 @@
 #include "kvnode/rdma/qp.h"
 #include "kvnode/storage/format.h"
 #include "kvnode/storage/read_path.h"
+#include "op_budget.h"
 
 namespace kvnode::client {
 
@@ -208,24 +209,11 @@ class Client::Impl {
   size_t Poll(std::span<OpResult> out);
   void Wait(absl::Time until);
   void AppendWaitFds(std::vector<struct pollfd>* fds, absl::Time* until);
-  // The budgets (see client.h): active_ = slots in flight that count
-  // against max_outstanding; held_ = writes answered BUSY (outside it);
-  // writes_ = writes in flight, held or not. Invariants:
-  //   (1) active_ <= max_outstanding, writes_ <= write_budget();
-  //   (2) held_ <= writes_, so a held write never needs a slot that a GET
-  //       could use: slots_ = max_outstanding + write_budget().
-  uint32_t write_budget() const {
-    return options_.max_outstanding_writes == 0 ? options_.max_outstanding
-                                                : options_.max_outstanding_writes;
-  }
-  uint32_t slot_count() const { return options_.max_outstanding + write_budget(); }
-  uint32_t available() const { return options_.max_outstanding - active_; }
-  uint32_t available(OpKind kind) const {
-    if (kind == OpKind::kGet || kind == OpKind::kPing) return available();
-    return std::min(available(), write_budget() - writes_);
-  }
+  uint32_t slot_count() const { return budget_.slots(); }
+  uint32_t available() const { return budget_.available(); }
+  uint32_t available(OpKind kind) const { return budget_.available(kind); }
   uint32_t outstanding() const { return static_cast<uint32_t>(slots_.size() - free_.size()); }
-  uint32_t held_writes() const { return held_; }
+  uint32_t held_writes() const { return budget_.held(); }
 
   ClientOptions options_;
   ClientStats stats_;
@@ -331,9 +319,7 @@ class Client::Impl {
 
   std::vector<Slot> slots_;
   std::vector<uint32_t> free_;
-  uint32_t active_ = 0;
-  uint32_t held_ = 0;
-  uint32_t writes_ = 0;
+  OpBudget budget_{options_.max_outstanding, options_.max_outstanding_writes};
   std::deque<uint32_t> queue_;  // slots in State::kQueued
   std::deque<uint32_t> done_;   // finished, not yet returned by Poll
   uint64_t next_sequence_ = 1;

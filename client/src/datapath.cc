@@ -65,18 +65,18 @@ absl::Status Client::Impl::Submit(const OpRequest& op) {
     return absl::InvalidArgumentError(
         absl::StrCat("value of ", op.value.size(), " bytes: must be <= ", storage::kMaxValueSize));
   }
-  const bool write = op.kind == OpKind::kPut || op.kind == OpKind::kDelete;
+  const bool write = IsWrite(op.kind);
   if (available(op.kind) == 0 || free_.empty()) {
-    return absl::ResourceExhaustedError(
-        write && available() > 0 ? absl::StrCat("client has ", writes_, " writes outstanding (",
-                                                held_, " held); Poll first")
-                                 : absl::StrCat("client has ", options_.max_outstanding,
-                                                " operations outstanding; Poll first"));
+    return absl::ResourceExhaustedError(write && available() > 0
+                                            ? absl::StrCat("client has ", budget_.writes(),
+                                                           " writes outstanding (", budget_.held(),
+                                                           " held); Poll first")
+                                            : absl::StrCat("client has ", options_.max_outstanding,
+                                                           " operations outstanding; Poll first"));
   }
   const uint32_t idx = free_.back();
   free_.pop_back();
-  ++active_;
-  if (write) ++writes_;
+  budget_.Start(op.kind);
   Slot& s = slots_[idx];
   s.held = false;
   const absl::Time now = absl::Now();
@@ -111,8 +111,7 @@ absl::Status Client::Impl::Submit(const OpRequest& op) {
     if (absl::Status st = EncodeRpc(idx, op.value); !st.ok()) {
       s.state = Slot::State::kFree;
       free_.push_back(idx);
-      --active_;
-      if (write) --writes_;
+      budget_.End(op.kind, /*held=*/false);
       return st;
     }
   }
@@ -148,10 +147,7 @@ void Client::Impl::Requeue(uint32_t idx, absl::Time not_before) {
 
 void Client::Impl::Hold(uint32_t idx) {
   Slot& s = slots_[idx];
-  if (s.held || (s.kind != OpKind::kPut && s.kind != OpKind::kDelete)) return;
-  s.held = true;
-  --active_;
-  ++held_;
+  if (budget_.Hold(s.kind, s.held)) s.held = true;
 }
 
 void Client::Impl::Start(uint32_t idx) {
@@ -266,12 +262,7 @@ void Client::Impl::MaybeFree(uint32_t idx) {
       s.sends_outstanding == 0) {
     s.state = Slot::State::kFree;
     free_.push_back(idx);
-    if (s.held) {
-      --held_;
-    } else {
-      --active_;
-    }
-    if (s.kind == OpKind::kPut || s.kind == OpKind::kDelete) --writes_;
+    budget_.End(s.kind, s.held);
     s.held = false;
   }
 }

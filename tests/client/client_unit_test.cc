@@ -1,5 +1,6 @@
 // libkvclient pieces that need no device: typed errors, options, the TCP and
-// admin-socket plumbing against in-process peers, token files, wr_id layout.
+// admin-socket plumbing against in-process peers, token files, wr_id layout,
+// the read and write budgets.
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -17,6 +18,7 @@
 #include "kvnode/client/admin.h"
 #include "kvnode/client/client.h"
 #include "kvnode/client/errors.h"
+#include "op_budget.h"
 
 namespace kvnode::client {
 namespace {
@@ -118,6 +120,78 @@ TEST(MoveTarget, UnknownArenaRefused) {
             absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(CheckMoveTarget(none, MoveTo(4), WelcomeOf(0xa1, 4)).code(),
             absl::StatusCode::kFailedPrecondition);
+}
+
+// A client with depth 4 under YCSB A (every other operation a write, as
+// kvload picks them: a GET when available(kPut) == 0) while the server
+// answers every write BUSY (writes paused during a live upgrade): what the
+// datapath does with the budget on each answer. Returns the GETs completed
+// in `rounds` rounds; `hold` false plays the rule before held writes
+// existed (a BUSY write kept its place in max_outstanding).
+uint64_t GetsWhileWritesPaused(bool hold, uint32_t rounds) {
+  OpBudget b(4, 0);
+  std::vector<std::pair<OpKind, bool>> in_flight;  // kind, held
+  uint64_t gets = 0;
+  uint32_t pick = 0;
+  for (uint32_t r = 0; r < rounds; ++r) {
+    // Submit while the client takes more, as kvload's loop does.
+    while (b.available() > 0) {
+      OpKind k = (pick++ % 2 == 0) ? OpKind::kPut : OpKind::kGet;
+      if (b.available(k) == 0) k = OpKind::kGet;
+      b.Start(k);
+      in_flight.emplace_back(k, false);
+    }
+    EXPECT_LE(in_flight.size(), b.slots());
+    // Answers: GETs complete (by READ on the old QP), writes are BUSY and
+    // wait to be re-sent.
+    std::vector<std::pair<OpKind, bool>> still;
+    for (auto& [k, held] : in_flight) {
+      if (k == OpKind::kGet) {
+        b.End(k, held);
+        ++gets;
+      } else {
+        if (hold && b.Hold(k, held)) held = true;
+        still.emplace_back(k, held);
+      }
+    }
+    in_flight = std::move(still);
+  }
+  // Writes resume: every held write is applied and ends.
+  for (auto& [k, held] : in_flight) b.End(k, held);
+  EXPECT_EQ(b.active(), 0u);
+  EXPECT_EQ(b.held(), 0u);
+  EXPECT_EQ(b.writes(), 0u);
+  EXPECT_EQ(b.available(OpKind::kPut), 4u);
+  return gets;
+}
+
+TEST(OpBudget, GetsKeepCompletingWhileEveryWriteIsHeld) {
+  // Held writes leave max_outstanding: after the first rounds all 4 write
+  // slots hold paused writes and every round completes 4 GETs.
+  EXPECT_GE(GetsWhileWritesPaused(/*hold=*/true, 100), 4u * 98);
+  // The rule before: paused writes pin every slot within a few rounds and
+  // GETs stop although they could be served.
+  EXPECT_LE(GetsWhileWritesPaused(/*hold=*/false, 100), 8u);
+}
+
+TEST(OpBudget, WritesBoundedHeldOrNot) {
+  OpBudget b(4, 2);
+  EXPECT_EQ(b.slots(), 6u);
+  b.Start(OpKind::kPut);
+  b.Start(OpKind::kDelete);
+  EXPECT_EQ(b.available(), 2u);
+  EXPECT_EQ(b.available(OpKind::kPut), 0u);  // 2 writes in flight
+  EXPECT_EQ(b.available(OpKind::kGet), 2u);
+  EXPECT_TRUE(b.Hold(OpKind::kPut, false));
+  EXPECT_FALSE(b.Hold(OpKind::kPut, true));   // once
+  EXPECT_FALSE(b.Hold(OpKind::kGet, false));  // only writes are held
+  EXPECT_EQ(b.available(), 3u);
+  EXPECT_EQ(b.available(OpKind::kDelete), 0u);  // held writes still count
+  b.End(OpKind::kPut, true);
+  EXPECT_EQ(b.available(OpKind::kPut), 1u);
+  b.End(OpKind::kDelete, false);
+  EXPECT_EQ(b.available(), 4u);
+  EXPECT_EQ(b.available(OpKind::kPut), 2u);
 }
 
 TEST(WrId, RoundTrips) {
