@@ -18,13 +18,16 @@
 #             reports) or after BENCH_RUN_S s if that is later
 #   naive     the same schedule of naive restarts: SIGTERM, start the binary
 #             again (the arena is rebuilt from RocksDB), clients reconnect
+#   steady_c, live_c  steady and live again with GETs only (YCSB C)
 # A key count may carry its own number of events: BENCH_KEYS="10000:3 100000"
 # (three upgrades and three restarts at 1e4 keys, BENCH_EVENTS at 1e5): the
 # timeline plot (docs/BENCHMARKS.md) shows three events of one run side by side.
 # Reported per run: blackout (longest gap between completed operations, from
 # kvload), p99 and max latency of the run (steady vs the run holding the
 # events), failed ops, and per event signal -> old process exit (live) /
-# signal -> new process answering (naive), joined by '/'.
+# signal -> new process answering (naive), joined by '/'; then
+# blackout_read / blackout_write (longest gap between completed GETs, resp.
+# writes) and the GETs completed inside the longest write gap.
 #
 #   deploy/bench-upgrade.sh                        build in build/, run (VM if needed)
 #   KVNODE_BUILD_DIR=DIR BENCH_KEYS=100000 deploy/bench-upgrade.sh --no-build
@@ -76,10 +79,11 @@ if [[ $mode == --inner ]]; then
   # --timeout_ms 300000: a naive restart at 1e6 keys took 114 s under TCG at
   # load ~10 (the arena is built from RocksDB); operations wait for the node
   # instead of failing on the benchmark's own deadline (failed ops still show).
+  workload=A # kvload --workload of the runs (A: 50 % writes; C: GETs only)
   kvload_cmd() {
     local name=$1
     shift
-    cmd=("$kvload" --server "127.0.0.1:$port" --auth_token_file "$token" --workload A
+    cmd=("$kvload" --server "127.0.0.1:$port" --auth_token_file "$token" --workload "$workload"
       --keys "$keys" --value_size 64 --clients "$nclients" --threads 2 --depth 4 --seed 7
       --connect_timeout_ms 5000 --timeout_ms 300000 --progress=false
       --report "$dir/$name.json" "$@")
@@ -95,7 +99,9 @@ import json, sys
 r = json.load(open(sys.argv[1]))
 l = r["latency_us"]
 print(f"{sys.argv[2]:>8} {sys.argv[3]:<7} blackout {r['blackout_ms']:8.1f} ms  p99 {l['p99']/1000:8.2f} ms"
-      f"  max {l['max']/1000:8.1f} ms  failed {r['failed_ops']}  ops {r['ops']}  event {sys.argv[4]} ms")
+      f"  max {l['max']/1000:8.1f} ms  failed {r['failed_ops']}  ops {r['ops']}  event {sys.argv[4]} ms"
+      f"  blackout_read {r.get('blackout_read_ms', -1):.1f} ms  blackout_write {r.get('blackout_write_ms', -1):.1f} ms"
+      f"  gets_in_write_gap {r.get('reads_in_write_blackout', -1)}")
 PY
   }
   # The exit status of an old process, when it is this shell's child (the
@@ -189,6 +195,14 @@ PY
 
     events_run live live
     row "$keys" live "$ev_ms"
+
+    # GET only (YCSB C) beside A: what a reader sees across the same upgrades.
+    workload=C
+    load steady_c --duration "$run_s"
+    row "$keys" steady_c 0
+    events_run live_c live
+    row "$keys" live_c "$ev_ms"
+    workload=A
 
     events_run naive naive
     row "$keys" naive "$ev_ms"
