@@ -351,20 +351,7 @@ absl::Status Store::OpenDb() {
         "arena ", arena_->path(), " has generation ", gen, " but database ", options_.db_path,
         " has ", db_gen, ": the arena does not reflect this database (use Open to rebuild)"));
   }
-  if (absl::Status s = CheckHeap(); !s.ok()) {
-    CloseRocksDb();
-    return s;
-  }
-  if (absl::Status s = Claim(); !s.ok()) {
-    CloseRocksDb();
-    return s;
-  }
-  // The previous writer may have died between RocksDB and the arena.
-  if (absl::Status s = ReconcileIntent(); !s.ok()) {
-    CloseRocksDb();
-    return s;
-  }
-  return absl::OkStatus();
+  return BecomeWriter();
 }
 
 absl::Status Store::FlushDb() {
@@ -416,20 +403,17 @@ absl::Status Store::ReopenDbAfterFailedHandoff() {
                  << " was claimed after ours (" << claimed_generation_
                  << ") but never wrote; taking the database back";
   }
-  if (absl::Status s = CheckHeap(); !s.ok()) {
-    CloseRocksDb();
-    return s;
-  }
+  return BecomeWriter();
+}
+
+absl::Status Store::BecomeWriter() {
+  absl::Status s = CheckHeap();
   // A new generation, and the version counter as the database has it.
-  if (absl::Status s = Claim(); !s.ok()) {
-    CloseRocksDb();
-    return s;
-  }
-  if (absl::Status s = ReconcileIntent(); !s.ok()) {
-    CloseRocksDb();
-    return s;
-  }
-  return absl::OkStatus();
+  if (s.ok()) s = Claim();
+  // The previous writer may have died between RocksDB and the arena.
+  if (s.ok()) s = ReconcileIntent();
+  if (!s.ok()) CloseRocksDb();
+  return s;
 }
 
 absl::Status Store::CheckHeap() const {

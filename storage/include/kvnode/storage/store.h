@@ -227,6 +227,10 @@ class Store {
   absl::StatusOr<uint64_t> OpenRocksDbAgain() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_, db_mu_);
   absl::Status Rebuild() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_, db_mu_);
   absl::Status Claim() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_, db_mu_);
+  // After RocksDB opened on an arena another process wrote (OpenDb, the
+  // reopen after a failed handoff): refuse a heap torn inside the allocator,
+  // Claim, reconcile a pending write intent. Closes RocksDB on failure.
+  absl::Status BecomeWriter() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_, db_mu_);
   // Write intent (arena.h): Begin reconciles a pending one first.
   absl::Status BeginIntent(std::string_view key, bool existed)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_) ABSL_SHARED_LOCKS_REQUIRED(db_mu_);
