@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client_impl.h"
+#include "kvnode/base/poll.h"
 
 namespace kvnode::client {
 
@@ -33,17 +34,6 @@ std::string DefaultAdminSocketPath() {
   }
   return c.front();
 }
-
-namespace {
-
-int MillisLeft(absl::Time deadline) {
-  const absl::Duration left = deadline - absl::Now();
-  if (left <= absl::ZeroDuration()) return 0;
-  return static_cast<int>(
-      std::min<int64_t>(absl::ToInt64Milliseconds(left + absl::Microseconds(999)), 1000000));
-}
-
-}  // namespace
 
 absl::StatusOr<std::string> AdminRequest(const std::string& socket_path, std::string_view request,
                                          absl::Time deadline) {
@@ -70,10 +60,9 @@ absl::StatusOr<std::string> AdminRequest(const std::string& socket_path, std::st
     }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      pollfd p{fd.get(), POLLOUT, 0};
-      if (poll(&p, 1, MillisLeft(deadline)) == 0) {
-        return absl::DeadlineExceededError("admin request: send timed out");
-      }
+      absl::StatusOr<short> ready = base::PollUntil(fd.get(), POLLOUT, deadline);
+      if (!ready.ok()) return ready.status();
+      if (*ready == 0) return absl::DeadlineExceededError("admin request: send timed out");
       continue;
     }
     return absl::UnavailableError(absl::StrCat("admin request: send: ", strerror(errno)));
@@ -90,9 +79,9 @@ absl::StatusOr<std::string> AdminRequest(const std::string& socket_path, std::st
     if (n == 0) break;
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      pollfd p{fd.get(), POLLIN, 0};
-      int r = poll(&p, 1, MillisLeft(deadline));
-      if (r == 0) {
+      absl::StatusOr<short> ready = base::PollUntil(fd.get(), POLLIN, deadline);
+      if (!ready.ok()) return ready.status();
+      if (*ready == 0) {
         return absl::DeadlineExceededError(absl::StrCat(
             "admin request '", std::string(request), "': no complete answer before the deadline"));
       }

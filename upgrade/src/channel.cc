@@ -22,8 +22,6 @@ namespace {
 
 using proto::wire::Av;
 
-std::string Errno(int err) { return std::strerror(err); }
-
 absl::Status ErrnoStatus(int err, std::string_view what) {
   return base::ErrnoStatus(err, absl::StrCat("handoff channel: ", Av(what)));
 }
@@ -100,7 +98,7 @@ absl::StatusOr<HandoffChannel> HandoffChannel::Adopt(int raw_fd, pid_t expected_
   socklen_t len = sizeof(domain);
   if (getsockopt(raw_fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) != 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("handoff channel: fd ", raw_fd, " is not a socket: ", Errno(errno)));
+        absl::StrCat("handoff channel: fd ", raw_fd, " is not a socket: ", base::ErrnoText(errno)));
   }
   len = sizeof(type);
   if (getsockopt(raw_fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0) {

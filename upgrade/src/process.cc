@@ -35,7 +35,7 @@ namespace {
 
 using proto::wire::Av;
 
-absl::Status ErrnoStatus(int err, std::string_view what) { return base::ErrnoStatus(err, what); }
+using base::ErrnoStatus;
 
 int PidfdOpen(pid_t pid) { return static_cast<int>(syscall(SYS_pidfd_open, pid, 0)); }
 
