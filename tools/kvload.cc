@@ -16,6 +16,7 @@
 #include <glog/logging.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -71,6 +72,9 @@ DEFINE_uint32(timeout_ms, 10000, "deadline of each operation");
 DEFINE_uint32(connect_timeout_ms, 5000,
               "bound on each wait for the node while (re)connecting (a node that died closes "
               "the connection and is noticed at once; this bounds a hung or very busy one)");
+DEFINE_uint32(qp_timeout, 12,
+              "local ACK timeout exponent of the QPs (4.096 us * 2^N per try, 0..31)");
+DEFINE_uint32(qp_retry_cnt, 2, "transport retries of the QPs (0..7)");
 DEFINE_bool(progress, true, "print a progress line to stderr every second");
 DEFINE_bool(rpc_get, false, "GET by RPC instead of RDMA READ");
 DEFINE_uint32(spin, 64, "idle polls before a thread blocks on its clients' events");
@@ -357,6 +361,9 @@ ClientOptions MakeClientOptions(const std::string& token, uint32_t depth) {
   o.op_timeout = absl::Milliseconds(FLAGS_timeout_ms);
   o.connect_timeout = absl::Milliseconds(FLAGS_connect_timeout_ms);
   o.rpc_get_only = FLAGS_rpc_get;
+  // Out-of-range values are left to ClientOptions::Validate to reject.
+  o.qp_timeout = static_cast<uint8_t>(std::min<uint32_t>(FLAGS_qp_timeout, 255));
+  o.qp_retry_cnt = static_cast<uint8_t>(std::min<uint32_t>(FLAGS_qp_retry_cnt, 255));
   return o;
 }
 

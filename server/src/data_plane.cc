@@ -305,6 +305,8 @@ absl::StatusOr<SessionSetup> DataPlane::CreateSession(uint64_t conn_id,
   qo.max_send_wr = 2 * config_.credits + 2;  // responses + bind + invalidate
   qo.max_recv_wr = config_.credits;
   qo.remote_access = IBV_ACCESS_REMOTE_READ;
+  qo.timeout = config_.qp_timeout;
+  qo.retry_cnt = config_.qp_retry_cnt;
   qo.label = absl::StrCat("client-", client_id);
   absl::StatusOr<std::unique_ptr<rdma::Qp>> qp = rdma::Qp::Create(res_.pd, cq_, cq_, qo);
   if (!qp.ok()) return qp.status();

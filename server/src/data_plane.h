@@ -49,6 +49,8 @@ struct DataPlaneConfig {
   uint32_t max_client_records = 4096;
   bool use_windows = true;
   uint32_t spin_us = 20;
+  uint8_t qp_timeout = 12;                          // ServerOptions::qp_timeout
+  uint8_t qp_retry_cnt = 2;                         // ServerOptions::qp_retry_cnt
   absl::Duration drain_timeout = absl::Seconds(2);  // per QP
 };
 

@@ -83,6 +83,16 @@ TEST(ServerOptions, EachBadValueNamesItsFlag) {
     o.max_client_records = 1;
     ExpectRejected(o, "--max_client_records");
   }
+  {
+    ServerOptions o = Valid();
+    o.qp_timeout = 32;
+    ExpectRejected(o, "--qp_timeout");
+  }
+  {
+    ServerOptions o = Valid();
+    o.qp_retry_cnt = 8;
+    ExpectRejected(o, "--qp_retry_cnt");
+  }
 }
 
 TEST(ServerOptions, PortZeroAndIpv6Accepted) {

@@ -89,6 +89,15 @@ struct ServerOptions {
   // --spin_us. After activity the data-plane thread busy-polls its CQ this
   // long before sleeping on the completion channel. Default 20.
   uint32_t spin_us = 20;
+  // --qp_timeout. Local ACK timeout exponent of client QPs: 4.096 us *
+  // 2^qp_timeout per try (the responses and window binds this node sends).
+  // Default 12 (~16.8 ms), 0..31. Raise it where round trips jitter by more
+  // (an emulated or congested link), or QPs fail with "transport retry
+  // counter exceeded" and their clients reconnect needlessly.
+  uint32_t qp_timeout = 12;
+  // --qp_retry_cnt. Transport retries of client QPs. Default 2, 0..7 (7 is
+  // "forever" on rxe).
+  uint32_t qp_retry_cnt = 2;
 
   // --pid_file. Written after startup (replaced by rename, never through a
   // symbolic link), removed at exit. Its directory must pass EnsureNodeFileDir.
