@@ -3,8 +3,10 @@
 # build/, runs the unit tests on the host and the device tests (ctest labels
 # rdma and e2e) on a real verbs device: natively when this host has an ACTIVE
 # one, otherwise inside deploy/rxe-vm (Soft-RoCE in a QEMU guest), then the
-# README's demo (deploy/demo.sh --no-build) the same way. Fails when any device
-# test was skipped instead of run, or when the demo fails.
+# two-host tests (ctest label twohost: node and clients on two guests of
+# deploy/rxe-vm --two-host joined by one virtual link; their short variants),
+# then the README's demo (deploy/demo.sh --no-build) the same way. Fails when
+# any device test was skipped instead of run, or when the demo fails.
 #
 #   deploy/test.sh            everything
 #   deploy/test.sh --unit     only the host unit tests
@@ -70,6 +72,22 @@ if grep -q '(Skipped)' build/device.log; then
   exit 1
 fi
 
+# Two hosts: each test boots its own pair of guests from the host (so not
+# inside the guest above). Short variants (TH_LONG unset): ~6 min in all on
+# an idle 2-core host.
+echo "== two-host tests (deploy/rxe-vm --two-host: node on 10.77.0.1, clients on 10.77.0.2)"
+th_t0=$SECONDS
+rc=0
+no_tests=error
+[[ -n ${KVNODE_TEST_FILTER:-} ]] && no_tests=ignore
+(cd build && ctest -L twohost --output-on-failure --no-tests="$no_tests" "${filter[@]}") |
+  tee build/twohost.log || rc=$?
+echo "two-host tests: $((SECONDS - th_t0)) s"
+if ((rc != 0)); then
+  echo "deploy/test.sh: two-host tests failed (exit $rc)"
+  exit "$rc"
+fi
+
 # The README's run command, on the binaries just built (--no-build: no second
 # install or build), so that it cannot rot unseen. Shortened: 2000 keys, two
 # upgrades (the first from the demo's own child, the second from an upgraded
@@ -94,5 +112,7 @@ summary() { # LOG -> "passed failed"
 }
 read -r u_total u_failed < <(summary build/unit.log)
 read -r d_total d_failed < <(summary build/device.log)
-echo "unit: $((u_total - u_failed)) passed, $u_failed failed; device: $((d_total - d_failed)) passed, $d_failed failed"
-echo "$((u_total + d_total - u_failed - d_failed)) passed, $((u_failed + d_failed)) failed"
+read -r t_total t_failed < <(summary build/twohost.log) || true
+t_total=${t_total:-0} t_failed=${t_failed:-0}
+echo "unit: $((u_total - u_failed)) passed, $u_failed failed; device: $((d_total - d_failed)) passed, $d_failed failed; two-host: $((t_total - t_failed)) passed, $t_failed failed"
+echo "$((u_total + d_total + t_total - u_failed - d_failed - t_failed)) passed, $((u_failed + d_failed + t_failed)) failed"

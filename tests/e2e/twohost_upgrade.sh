@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Two hosts, live upgrades (run by tests/e2e/twohost.sh on both guests).
+#
+# server (10.77.0.1): kvnode listening on the wildcard 0.0.0.0 (port 0) with
+#   --advertise_address=10.77.0.1; TH_UPGRADES live upgrades (default 5,
+#   alternating SIGUSR2 and `kvctl upgrade`) while the client's load runs.
+#   Each Move must name 10.77.0.1:PORT, the address clients on another host
+#   can reach (not the listener's 0.0.0.0), and every client must be back on
+#   the next generation. The upgrade counters carry over, no client lost its
+#   id (resume_refused 0), and the node stops clean.
+# client (10.77.0.2): kvload --verify, YCSB A, GETs by RDMA READ across the
+#   link, PUTs by RPC; afterwards 0 failed operations, 0 verify errors, 0
+#   stale reads, GETs by READ > 0, every client moved, kvload never saw
+#   0.0.0.0, and the ack-log audit passes.
+source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/upgrade_lib.sh"
+source "$(dirname "$0")/twohost_lib.sh"
+kv_require_device
+n=${TH_UPGRADES:-5}
+clients=4
+clients_are() { [[ $(kv_stat clients) == "$1" ]]; }
+
+server() {
+  local bins i how
+  bins=$(mktemp -d /tmp/kv-e2e-twohost-bins.XXXXXX)
+  up_make_builds "$bins"
+  KV_NODE_BIN=$bins/kvnode-a
+  th_start_node "${UP_NODE_FLAGS[@]}"
+  UP_FIRST_PID=$KV_PID
+  th_counters_begin
+  th_wait loaded 300
+  kv_wait_for 60 clients_are $clients || kv_fail "$clients clients did not connect: $(kv_stat clients)"
+  for ((i = 1; i <= n; i++)); do
+    how=kill
+    ((i % 2 == 0)) && how=kvctl
+    up_upgrade "$how"
+    kv_wait_for 60 clients_are $clients || kv_fail "upgrade $i: clients on the new process: $(kv_stat clients)"
+    grep -q "upgrade: $clients clients told to move to $TH_ADDR," "$KV_LOG" ||
+      kv_fail "upgrade $i: no Move to $TH_ADDR: $(grep 'told to move' "$KV_LOG" | tail -n 1)"
+    kv_ok "upgrade $i ($how): $UP_OLD -> $UP_NEW, owned after $(((UP_OWNED_NS - UP_SIG_NS) / 1000000)) ms, clients told to move to $TH_ADDR"
+  done
+  th_put upgrades_done
+  th_wait client_done 300
+  local ups refused
+  ups=$(kv_stat upgrades)
+  [[ ${ups%.*} -eq $n ]] || kv_fail "stats upgrades=$ups, expected $n"
+  refused=$(kv_stat errors.resume_refused)
+  [[ $refused == 0 ]] || kv_fail "errors.resume_refused=$refused: clients lost their ids"
+  kv_wait_for 30 clients_are 0 || kv_fail "clients did not go"
+  th_counters_report "$n upgrades"
+  up_stop_node
+  echo "twohost_upgrade/server: PASS ($n upgrades)"
+}
+
+client() {
+  th_connect_info
+  th_counters_begin
+  th_start_load up --workload A --clients $clients --threads 2 --depth 4 --keys 1000 --preload \
+    --duration 100000 --timeout_ms 30000
+  kv_wait_for 240 th_preloaded up || kv_fail "kvload did not finish its preload"
+  th_put loaded
+  th_wait upgrades_done $((n * 150))
+  th_stop_load || { tail -20 "$KV_DIR/up.log" >&2; kv_fail "kvload exited non-zero"; }
+  local out
+  out=$(th_check_report "$KV_DIR/up.json") || { tail -20 "$KV_DIR/up.log" >&2; kv_fail "kvload report: $out"; }
+  kv_ok "kvload across the link: $out"
+  python3 - "$KV_DIR/up.json" "$clients" <<'PY' || kv_fail "report"
+import json, sys
+r = json.load(open(sys.argv[1]))
+c = r["client"]
+assert c["gets_by_read"] > 0, "no GET by RDMA READ"
+assert c["moves"] >= int(sys.argv[2]), f"only {c['moves']} moves"
+assert c["moves_refused"] == 0, f"{c['moves_refused']} moves refused"
+PY
+  if grep -q '0\.0\.0\.0' "$KV_DIR/up.log"; then
+    kv_fail "kvload saw 0.0.0.0: $(grep -m1 '0\.0\.0\.0' "$KV_DIR/up.log")"
+  fi
+  grep -q "moved to $KV_ADDR" "$KV_DIR/up.log" || kv_fail "kvload never logged a move to $KV_ADDR"
+  th_audit up
+  th_counters_report "$n upgrades"
+  th_put client_done
+  echo "twohost_upgrade/client: PASS"
+}
+
+th_main
