@@ -10,8 +10,16 @@
 #
 #   deploy/bench.sh [--sizes 16,1024] [--depths 1,8,32] [--reps 3] [--duration 2]
 #                   [--keys 5000] [--spin N] [--short_duration 1] [--out DIR]
-#                   [--no-build]
+#                   [--no-build] [--two-host]
 #   e.g. one size at depth 1, quickly: deploy/bench.sh --no-build --sizes 16 --depths 1 --reps 1
+#
+# --two-host: across a link instead of over loopback, always in
+# `deploy/rxe-vm --two-host`: kvnode and every perftest server on guest
+# "server" (10.77.0.1), kvload and every perftest client on guest "client"
+# (10.77.0.2), the same runs in the same order as above, so perftest's
+# figures are those of the same link in the same session. Both ends use the
+# RC timers of the two-host tests (tests/e2e/twohost_lib.sh). The guests
+# agree on each step through files in DIR/rdv.
 #
 # kvload busy-polls like perftest: --spin N (default 1000000000) idle polls
 # before its thread blocks on a completion event, i.e. never within a run;
@@ -42,6 +50,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(dirname "$here")
+bench_args="$*"
 
 sizes=16,1024
 depths=1,8,32
@@ -57,6 +66,7 @@ inner=0
 mix=""
 cdf=0
 deadline=0
+two_host=0
 while (($#)); do
   case "$1" in
     --sizes) sizes=$2; shift 2 ;;
@@ -72,6 +82,7 @@ while (($#)); do
     --mix) mix=$2; shift 2 ;;
     --cdf) cdf=1; shift ;;
     --deadline) deadline=$2; shift 2 ;;
+    --two-host) two_host=1; shift ;;
     -h | --help) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -91,7 +102,10 @@ if ((!inner)); then
   args=(--inner --sizes "$sizes" --depths "$depths" --reps "$reps" --duration "$duration"
     --keys "$keys" --spin "$spin" --short_duration "$short_duration" --out "$out")
   rc=0
-  if kv_active_device >/dev/null; then
+  if ((two_host)); then
+    deploy/rxe-vm --two-host --rw "$build" --rw "$out" -- env KVNODE_BUILD_DIR="$build" \
+      "$repo/deploy/bench.sh" "${args[@]}" --two-host || rc=$?
+  elif kv_active_device >/dev/null; then
     KVNODE_BUILD_DIR=$build deploy/bench.sh "${args[@]}" || rc=$?
   else
     deploy/rxe-vm --rw "$build" --rw "$out" -- env KVNODE_BUILD_DIR="$build" \
@@ -99,6 +113,11 @@ if ((!inner)); then
   fi
   ((rc == 0)) || echo "bench: the measuring run exited $rc; tabulating what it recorded" >&2
   python3 deploy/plot-bench.py summary "$out"
+  if ((two_host)); then
+    [[ -f $out/rdv/counters.txt ]] && sed 's/^/rxe0 counters: /' "$out/rdv/counters.txt"
+    python3 deploy/plot-bench.py two-host-md "$out" --command "deploy/bench.sh $bench_args" \
+      >"$out/two-host.md" && echo "bench: docs/BENCHMARKS.md's two-host section: $out/two-host.md"
+  fi
   exit "$rc"
 fi
 
@@ -240,21 +259,103 @@ preload() { # SIZE
   kv_fail "preload of $keys keys of $1 B failed 3 times"
 }
 
+# --- two hosts: the server guest serves; the client guest runs the loop below.
+if ((two_host)); then
+  TH_DIR=$out/rdv
+  mkdir -p "$TH_DIR"
+  source "$repo/tests/e2e/twohost_lib.sh"
+  if [[ $TH_ROLE == server ]]; then
+    # Every batch of perftest servers the client asks for (rdv/batch-N: one
+    # "NAME TOOL SIZE DEPTH PORT ARGS..." line each), until rdv/done.
+    th_start_node --arena_size $((64 << 20)) --sync_writes=true --max_clients 64
+    th_counters_begin
+    cp "$KV_DIR/kvnode.log" "$out/kvnode-start.log" 2>/dev/null || true
+    batch=0
+    more_batches() { [[ -e $TH_DIR/batch-$batch || -e $TH_DIR/done ]]; }
+    while :; do
+      kv_wait_for 3600 more_batches || kv_fail "no request from the client guest within an hour"
+      [[ -e $TH_DIR/batch-$batch ]] || break
+      spids=()
+      while read -r -a a; do
+        "${a[1]}" -d "$dev" -x "$gid" -p "${a[4]}" -s "${a[2]}" -F "${a[@]:5}" \
+          >"$out/perftest/${a[0]}.server.log" 2>&1 &
+        spids+=($!)
+        kv_wait_for 30 port_listening "${a[4]}" || kv_log "perftest server ${a[0]} not listening"
+      done <"$TH_DIR/batch-$batch"
+      th_put "batch-$batch.ready"
+      th_wait "batch-$batch.done" 3600
+      # A server whose client failed still waits for it.
+      for p in "${spids[@]}"; do kill "$p" 2>/dev/null || true; done
+      for p in "${spids[@]}"; do wait "$p" 2>/dev/null || true; done
+      batch=$((batch + 1))
+    done
+    kv_admin stats >"$out/kvnode-stats.json" 2>/dev/null || true
+    th_counters_report "bench"
+    KV_STOP_TIMEOUT=60 kv_stop_node
+    exit 0
+  fi
+  # The client: perftest clients against the server guest's servers.
+  th_batch=0
+  pt_run_batch() { # REP
+    local rep=$1 i name tool size depth ok t0
+    local -a a
+    : >"$TH_DIR/.batch"
+    for i in "${!pt_specs[@]}"; do
+      read -r -a a <<<"${pt_specs[$i]}"
+      pt_port=$((pt_port + 1))
+      echo "${a[0]}-r$rep ${a[1]} ${a[2]} ${a[3]} $pt_port ${a[*]:4}" >>"$TH_DIR/.batch"
+    done
+    mv "$TH_DIR/.batch" "$TH_DIR/batch-$th_batch"
+    th_wait "batch-$th_batch.ready" 300
+    while read -r -a a; do
+      name=${a[0]%-r*} tool=${a[1]} size=${a[2]} depth=${a[3]}
+      ok=false
+      t0=$(now_ms)
+      # One attempt: the server guest starts one server per run.
+      if "$tool" -d "$dev" -x "$gid" -p "${a[4]}" -s "$size" -F "${a[@]:5}" "$RXE_VM_PEER" \
+        >"$out/perftest/$name-r$rep.log" 2>&1 &&
+        awk -v s="$size" -v bw=$([[ $tool == ib_read_bw ]] && echo 1 || echo 0) '
+            $1 == s { v = bw ? $NF : $5 }
+            END { exit !(v != "" && v !~ /inf|nan/ && v + 0 > 0) }' "$out/perftest/$name-r$rep.log"; then
+        ok=true
+      else
+        kv_log "$name rep $rep failed (see $out/perftest/$name-r$rep.log)"
+      fi
+      record "{\"kind\":\"perftest\",\"tool\":\"$tool\",\"name\":\"$name\",\"size\":$size,\"depth\":$depth,\"rep\":$rep,\"ok\":$ok,\"args\":\"${a[*]:5}\",\"log\":\"perftest/$name-r$rep.log\",\"wall_s\":$(since "$t0")}"
+    done <"$TH_DIR/batch-$th_batch"
+    th_put "batch-$th_batch.done"
+    th_batch=$((th_batch + 1))
+    pt_specs=()
+  }
+  trap 'th_put done; kv_cleanup' EXIT
+  th_counters_begin
+fi
+
 mix_size=${mix%%:*}
 mix_depth=${mix##*:}
+((two_host)) && dev="$dev (two hosts: eth0 $RXE_VM_ADDR to $RXE_VM_PEER)"
 kv_log "device $dev (GID index $gid); sizes $sizes, depths $depths, $reps reps, ${duration}s per kvload run, --spin $spin"
 record "{\"kind\":\"config\",\"device\":\"$dev\",\"gid_index\":$gid,\"sizes\":[$sizes],\"depths\":[$depths],\"reps\":$reps,\"duration_s\":$duration,\"short_duration_s\":$short_duration,\"keys\":$keys,\"mix\":\"$mix\",\"spin\":$spin}"
 # The node: defaults but a small arena (every value size fits with $keys
 # keys) and RocksDB on the guest's tmpfs; writes are synced (the default).
 t0=$(now_ms)
-kv_start_node --arena_size $((64 << 20)) --sync_writes=true --max_clients 64
+if ((two_host)); then
+  th_connect_info
+  dev=${dev%% *}
+else
+  kv_start_node --arena_size $((64 << 20)) --sync_writes=true --max_clients 64
+fi
 record "{\"kind\":\"step\",\"what\":\"kvnode start\",\"wall_s\":$(since "$t0")}"
 # One client, one thread, busy-polling (--spin). The connect bound is raised:
 # under TCG on a loaded host the node's per-client set-up (QP, window) can
 # take seconds.
 kvload_common=(--server "$KV_ADDR" --auth_token_file "$KV_TOKEN" --progress=false
   --clients 1 --threads 1 --keys "$keys" --connect_timeout_ms 15000 --spin "$spin")
-cp "$KV_DIR/kvnode.log" "$out/kvnode-start.log" 2>/dev/null || true
+if ((two_host)); then
+  kvload_common+=("${TH_QP_FLAGS[@]}")
+else
+  cp "$KV_DIR/kvnode.log" "$out/kvnode-start.log" 2>/dev/null || true
+fi
 
 # Rough cost of one rep of one size, to stop before the deadline.
 rep_cost=$((60 + 10 * $(tr ',' '\n' <<<"$depths" | wc -l)))
@@ -295,6 +396,11 @@ for size in ${sizes//,/ }; do
     fi
   done
 done
-kv_admin stats >"$out/kvnode-stats.json" 2>/dev/null || true
-KV_STOP_TIMEOUT=60 kv_stop_node
+if ((two_host)); then
+  th_counters_report "bench"
+  th_put done
+else
+  kv_admin stats >"$out/kvnode-stats.json" 2>/dev/null || true
+  KV_STOP_TIMEOUT=60 kv_stop_node
+fi
 kv_log "done: $(wc -l <"$runs") records in $runs"
