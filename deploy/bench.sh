@@ -354,6 +354,8 @@ kvload_common=(--server "$KV_ADDR" --auth_token_file "$KV_TOKEN" --progress=fals
 if ((two_host)); then
   kvload_common+=("${TH_QP_FLAGS[@]}")
 else
+  # The node's CPU time is read from /proc: only where it runs beside kvload.
+  kvload_common+=(--node_pid "$KV_PID")
   cp "$KV_DIR/kvnode.log" "$out/kvnode-start.log" 2>/dev/null || true
 fi
 

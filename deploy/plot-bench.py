@@ -117,7 +117,9 @@ def kv_fig(d, rec):
             steady = rest / (r["duration_s"] - t0)
     return {"ops_per_s": steady, "raw_ops_per_s": r.get("ops_per_s", 0), "get": lat.get("read", {}),
             "put": lat.get("write", {}), "failed": r.get("failed_ops", 0),
-            "client": r.get("client", {}), "ops": r.get("ops", 0), "rc": rec.get("rc", 0)}
+            "client": r.get("client", {}), "ops": r.get("ops", 0), "rc": rec.get("rc", 0),
+            "cpu_client": r.get("cpu", {}).get("client_us_per_op"),
+            "cpu_node": r.get("cpu", {}).get("node_us_per_op")}
 
 
 class Data:
@@ -292,6 +294,22 @@ def put_rows(D):
     return rows
 
 
+def cpu_rows(D):
+    """CPU time per operation (kvload's report: getrusage of kvload, the
+    node's /proc/PID/stat over the same run) beside the GET and PUT ratios."""
+    rows = []
+    for cell, what in (("C-uniform", "GET"), ("W-uniform", "PUT")):
+        for s in D.sizes:
+            for d in D.depths:
+                kv = D.kv.get((cell, s, d), {})
+                if not kv:
+                    continue
+                rows.append([what, f"{s} B", d, fstat(stat(pick(kv, "ops_per_s").values())),
+                             fstat(stat(pick(kv, "cpu_client").values())),
+                             fstat(stat(pick(kv, "cpu_node").values()))])
+    return rows
+
+
 def summary(d):
     D = Data(d)
     if not D.runs:
@@ -312,6 +330,10 @@ def summary(d):
                 "half a round trip)",
                 ["value", "PUT p50", "ib_send_lat p50", "ratio", "vs 2x send_lat", "PUT ops/s"],
                 put_rows(D))
+    print_table("CPU time per operation (µs; the client busy-polls, so its figure is about "
+                "1 / ops/s on its core)",
+                ["op", "value", "depth", "ops/s", "client CPU µs/op", "node CPU µs/op"],
+                cpu_rows(D))
     if D.skipped:
         print("skipped for time: " + "; ".join(D.skipped))
     if D.failed:

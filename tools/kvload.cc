@@ -77,6 +77,9 @@ DEFINE_uint32(qp_timeout, 12,
 DEFINE_uint32(qp_retry_cnt, 2, "transport retries of the QPs (0..7)");
 DEFINE_bool(progress, true, "print a progress line to stderr every second");
 DEFINE_bool(rpc_get, false, "GET by RPC instead of RDMA READ");
+DEFINE_int32(node_pid, 0,
+             "the node's pid (same host): its CPU time per operation goes into the report "
+             "(from /proc/PID/stat) beside this process's own (getrusage)");
 DEFINE_uint32(spin, 64, "idle polls before a thread blocks on its clients' events");
 
 namespace {
@@ -562,6 +565,7 @@ int main(int argc, char** argv) {
                  static_cast<unsigned long long>(preload_failures));
   }
 
+  const load::CpuTimes cpu0 = load::SampleCpu(FLAGS_node_pid);
   shared.t0 = SteadyClock::now();
   shared.end = shared.t0 + std::chrono::microseconds(static_cast<int64_t>(FLAGS_duration * 1e6));
   std::vector<std::thread> ts = run_phase(false);
@@ -600,6 +604,7 @@ int main(int argc, char** argv) {
   }
   for (auto& j : joiners) j.join();
   const double duration_s = std::chrono::duration<double>(SteadyClock::now() - shared.t0).count();
+  const load::CpuTimes cpu1 = load::SampleCpu(FLAGS_node_pid);
 
   load::LoadStats total;
   kvnode::client::ClientStats cs;
@@ -651,6 +656,7 @@ int main(int argc, char** argv) {
       {"preload_failures", preload_failures},
   };
   report["client"]["moves_refused"] = cs.moves_refused;
+  report["cpu"] = load::CpuJson(cpu0, cpu1, total.ops());
   std::printf("%s", load::FormatSummary(report).c_str());
   std::printf(
       "client: %llu GETs by READ, %llu by RPC (%llu fallbacks, %llu torn-read retries), "
@@ -661,6 +667,12 @@ int main(int argc, char** argv) {
       static_cast<unsigned long long>(cs.read_retries),
       static_cast<unsigned long long>(cs.rpc_resends), static_cast<unsigned long long>(cs.busy),
       static_cast<unsigned long long>(cs.reconnects), static_cast<unsigned long long>(cs.moves));
+  const nlohmann::json& cpu = report["cpu"];
+  std::printf("cpu: client %.2f us/op", cpu["client_us_per_op"].get<double>());
+  if (!cpu["node_us_per_op"].is_null()) {
+    std::printf(", node %.2f us/op", cpu["node_us_per_op"].get<double>());
+  }
+  std::printf("\n");
   if (!FLAGS_report.empty()) {
     std::ofstream out(FLAGS_report);
     out << report.dump(2) << "\n";

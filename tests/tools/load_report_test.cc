@@ -1,4 +1,6 @@
 // The JSON report has every key kvload promises, with consistent values.
+#include <unistd.h>
+
 #include "gtest/gtest.h"
 #include "kvnode/load/report.h"
 
@@ -121,6 +123,33 @@ TEST(ReportTest, ProgressLineShowsTheLastInterval) {
   EXPECT_NE(line.find("p50    10.1us"), std::string::npos) << line;
   EXPECT_NE(line.find("failed 0"), std::string::npos) << line;
   EXPECT_NE(line.find("[    3s]"), std::string::npos) << line;
+}
+
+TEST(ReportTest, ProcStatCpuCountsFieldsAfterTheLastParen) {
+  // comm "a) (b" holds spaces and parentheses; utime 150, stime 25.
+  const std::string line =
+      "4242 (a) (b) S 1 4242 4242 0 -1 4194560 100 0 0 0 150 25 0 0 20 0 3 0 1 1 1";
+  EXPECT_EQ(ProcStatCpuTicks(line), 175);
+  EXPECT_EQ(ProcStatCpuTicks("4242 (x) S 1 2"), -1);
+  EXPECT_EQ(ProcStatCpuTicks("garbage"), -1);
+}
+
+TEST(ReportTest, CpuJsonPerOperation) {
+  CpuTimes a, b;
+  a.self_s = 1.0;
+  b.self_s = 1.5;
+  a.node_s = 2.0;
+  b.node_s = 2.25;
+  a.node_ok = b.node_ok = true;
+  const nlohmann::json j = CpuJson(a, b, 1000);
+  EXPECT_DOUBLE_EQ(j["client_us_per_op"].get<double>(), 500.0);
+  EXPECT_DOUBLE_EQ(j["node_us_per_op"].get<double>(), 250.0);
+  b.node_ok = false;
+  EXPECT_TRUE(CpuJson(a, b, 1000)["node_us_per_op"].is_null());
+  // This process has used some CPU; its own pid is readable.
+  const CpuTimes self = SampleCpu(static_cast<int>(getpid()));
+  EXPECT_TRUE(self.node_ok);
+  EXPECT_GE(self.node_s, 0.0);
 }
 
 }  // namespace

@@ -1,5 +1,12 @@
 #include "kvnode/load/report.h"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 
 namespace kvnode::load {
@@ -133,6 +140,61 @@ nlohmann::json BuildReport(const LoadStats& s, double duration_s, const nlohmann
       {"timeline", std::move(timeline)},
       {"config", config},
   };
+  return j;
+}
+
+int64_t ProcStatCpuTicks(std::string_view line) {
+  const size_t close = line.rfind(')');
+  if (close == std::string_view::npos) return -1;
+  // After "pid (comm)": state is field 3, utime field 14, stime field 15.
+  std::istringstream in{std::string(line.substr(close + 1))};
+  std::string field;
+  int64_t utime = -1, stime = -1;
+  for (int i = 3; i <= 15 && in >> field; ++i) {
+    if (i == 14 || i == 15) {
+      int64_t v = 0;
+      if (!absl::SimpleAtoi(field, &v)) return -1;
+      (i == 14 ? utime : stime) = v;
+    }
+  }
+  if (utime < 0 || stime < 0) return -1;
+  return utime + stime;
+}
+
+CpuTimes SampleCpu(int node_pid) {
+  CpuTimes t;
+  rusage ru{};
+  if (getrusage(RUSAGE_SELF, &ru) == 0) {
+    t.self_s = static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+               static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+  }
+  if (node_pid > 0) {
+    std::ifstream in(absl::StrFormat("/proc/%d/stat", node_pid));
+    std::string line;
+    if (std::getline(in, line)) {
+      const int64_t ticks = ProcStatCpuTicks(line);
+      const long hz = sysconf(_SC_CLK_TCK);
+      if (ticks >= 0 && hz > 0) {
+        t.node_s = static_cast<double>(ticks) / static_cast<double>(hz);
+        t.node_ok = true;
+      }
+    }
+  }
+  return t;
+}
+
+nlohmann::json CpuJson(const CpuTimes& before, const CpuTimes& after, uint64_t ops) {
+  const double per = ops > 0 ? 1e6 / static_cast<double>(ops) : 0.0;
+  const double client = after.self_s - before.self_s;
+  nlohmann::json j = {{"client_s", client}, {"client_us_per_op", client * per}};
+  if (before.node_ok && after.node_ok) {
+    const double node = after.node_s - before.node_s;
+    j["node_s"] = node;
+    j["node_us_per_op"] = node * per;
+  } else {
+    j["node_s"] = nullptr;
+    j["node_us_per_op"] = nullptr;
+  }
   return j;
 }
 

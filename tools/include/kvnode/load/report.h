@@ -8,6 +8,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "kvnode/load/histogram.h"
 #include "kvnode/load/verify.h"
@@ -77,6 +78,24 @@ nlohmann::json BuildReport(const LoadStats& stats, double duration_s,
 
 // A few human-readable lines summarising a BuildReport() result.
 std::string FormatSummary(const nlohmann::json& report);
+
+// CPU time a process has used (user + system), in seconds.
+struct CpuTimes {
+  double self_s = 0;  // this process (getrusage RUSAGE_SELF: every thread)
+  double node_s = 0;  // the node, from /proc/<pid>/stat; 0 when not sampled
+  bool node_ok = false;
+};
+// Samples both; node_pid <= 0 samples only this process. A node that cannot
+// be read (gone, another user's under hidepid) leaves node_ok false.
+CpuTimes SampleCpu(int node_pid);
+// utime + stime of a /proc/<pid>/stat line, in clock ticks; -1 when the line
+// is malformed. The comm field may hold spaces and parentheses: the fields
+// are counted after its LAST ')'.
+int64_t ProcStatCpuTicks(std::string_view stat_line);
+// The report's "cpu" object for `ops` operations between two samples:
+// client_s, client_us_per_op, and node_s, node_us_per_op when the node was
+// sampled both times (else node_us_per_op is null).
+nlohmann::json CpuJson(const CpuTimes& before, const CpuTimes& after, uint64_t ops);
 
 // kvload's exit condition: no failed operation and no failed verification.
 inline bool RunSucceeded(const LoadStats& s) { return s.failed_ops == 0 && s.verify_errors() == 0; }
