@@ -1,6 +1,7 @@
 // Hot path: posting work requests and translating their completions. No
 // virtual calls, no locks (MR pins are atomics); window bookkeeping, which
 // takes the PD's graph lock, happens only for bind/invalidate completions.
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -71,9 +72,103 @@ absl::Status Qp::PostRead(uint64_t wr_id, const LocalBuf& dst, uint64_t remote_a
   }
   s.user_wr_id = wr_id;
   s.kind = WrKind::kRead;
+  s.signaled = true;
   send_free_.pop_back();
+  PushPosted(idx);
   ++outstanding_sends_;
   return absl::OkStatus();
+}
+
+absl::StatusOr<size_t> Qp::PostReads(std::span<const ReadWr> reads) {
+  if (reads.empty()) return size_t{0};
+  if (send_free_.empty()) return QueueFull(options_.label, "send");
+  const size_t n = std::min(reads.size(), send_free_.size());
+  const size_t top = send_free_.size();
+  // Slot of the i-th READ: taken from the top of the free stack downwards,
+  // popped only once posted.
+  auto slot_of = [&](size_t i) { return send_free_[top - 1 - i]; };
+  for (size_t i = 0; i < n; ++i) {
+    const ReadWr& r = reads[i];
+    const uint32_t idx = slot_of(i);
+    Slot& s = send_slots_[idx];
+    absl::Status st = r.dst.mr == nullptr
+                          ? absl::InvalidArgumentError("PostReads: destination without an Mr")
+                          : PinLocal(r.dst, &s.pin);
+    if (!st.ok()) {
+      for (size_t j = 0; j < i; ++j) send_slots_[slot_of(j)].pin.Release();
+      return st;
+    }
+    ibv_sge& sge = read_sges_[idx];
+    sge.addr = r.dst.mr->iova() + r.dst.offset;
+    sge.length = r.dst.length;
+    sge.lkey = r.dst.mr->lkey();
+    ibv_send_wr& wr = read_wrs_[idx];
+    wr.wr.rdma.remote_addr = r.remote_addr;
+    wr.wr.rdma.rkey = r.rkey;
+    wr.send_flags = i + 1 == n ? IBV_SEND_SIGNALED : 0;
+    wr.next = i + 1 == n ? nullptr : &read_wrs_[slot_of(i + 1)];
+  }
+  ibv_send_wr* bad = nullptr;
+  const int rc = ibv_post_send(qp_, &read_wrs_[slot_of(0)], &bad);
+  size_t posted = n;
+  if (rc != 0) {
+    posted = 0;
+    for (ibv_send_wr* w = &read_wrs_[slot_of(0)]; w != nullptr && w != bad; w = w->next) ++posted;
+    for (size_t i = posted; i < n; ++i) send_slots_[slot_of(i)].pin.Release();
+  }
+  for (size_t i = 0; i < posted; ++i) {
+    const uint32_t idx = slot_of(i);
+    Slot& s = send_slots_[idx];
+    s.user_wr_id = reads[i].wr_id;
+    s.kind = WrKind::kRead;
+    s.signaled = i + 1 == n;
+    PushPosted(idx);
+  }
+  send_free_.resize(top - posted);
+  outstanding_sends_ += static_cast<uint32_t>(posted);
+  if (posted == 0) {
+    return ErrnoStatus(
+        absl::StrCat("ibv_post_send(READ chain of ", n, ") on QP '", options_.label, "'"), rc);
+  }
+  return posted;
+}
+
+void Qp::PushPosted(uint32_t slot) {
+  send_fifo_[(fifo_head_ + fifo_count_) % send_fifo_.size()] = slot;
+  ++fifo_count_;
+}
+
+void Qp::RetireBefore(uint32_t slot, ibv_wc_status status, std::vector<Completion>* retired) {
+  while (fifo_count_ > 0) {
+    const uint32_t front = send_fifo_[fifo_head_];
+    fifo_head_ = (fifo_head_ + 1) % static_cast<uint32_t>(send_fifo_.size());
+    --fifo_count_;
+    if (front == slot) return;
+    // Posted before `slot` and not completed on its own: unsignaled, and
+    // finished when `slot` did (the send queue completes in order).
+    Completion c;
+    FinishSlot(false, front, &c);
+    c.status = status == IBV_WC_SUCCESS ? IBV_WC_SUCCESS : IBV_WC_WR_FLUSH_ERR;
+    c.qp_num = qp_->qp_num;
+    retired->push_back(c);
+  }
+}
+
+void Qp::FinishSlot(bool recv, uint32_t idx, Completion* out) {
+  Slot& s = (recv ? recv_slots_ : send_slots_)[idx];
+  out->wr_id = s.user_wr_id;
+  out->kind = s.kind;
+  out->qp = this;
+  s.pin.Release();
+  s.pin_remote.Release();
+  s.signaled = true;
+  if (recv) {
+    recv_free_.push_back(idx);
+    --outstanding_recvs_;
+  } else {
+    send_free_.push_back(idx);
+    --outstanding_sends_;
+  }
 }
 
 absl::Status Qp::PostSendImpl(uint64_t wr_id, const LocalBuf& src, bool with_imm, uint32_t imm) {
@@ -102,7 +197,9 @@ absl::Status Qp::PostSendImpl(uint64_t wr_id, const LocalBuf& src, bool with_imm
   }
   s.user_wr_id = wr_id;
   s.kind = WrKind::kSend;
+  s.signaled = true;
   send_free_.pop_back();
+  PushPosted(idx);
   ++outstanding_sends_;
   return absl::OkStatus();
 }
@@ -140,27 +237,22 @@ absl::Status Qp::PostRecv(uint64_t wr_id, const LocalBuf& dst) {
   return absl::OkStatus();
 }
 
-bool Qp::OnCompletion(const ibv_wc& wc, Completion* out) {
+bool Qp::OnCompletion(const ibv_wc& wc, Completion* out, std::vector<Completion>* retired) {
   const uint32_t low = static_cast<uint32_t>(wc.wr_id);
   const bool recv = (low & kRecvBit) != 0;
   const uint32_t idx = low & ~kRecvBit;
   if (wc.status != IBV_WC_SUCCESS) saw_error_ = true;
   if (!recv && idx == kMarkerSlot) {
+    // Everything posted before the marker has finished: what did not
+    // complete on its own is retired here (rule 4a), flushed.
+    RetireBefore(kMarkerSlot, IBV_WC_WR_FLUSH_ERR, retired);
     marker_outstanding_ = false;
     return false;
   }
   std::vector<Slot>& slots = recv ? recv_slots_ : send_slots_;
   if (idx >= slots.size()) return false;  // cannot happen for our own wr_ids
+  if (!recv) RetireBefore(idx, wc.status, retired);
   Slot& s = slots[idx];
-  out->wr_id = s.user_wr_id;
-  out->status = wc.status;
-  out->kind = s.kind;
-  out->byte_len = wc.byte_len;
-  out->qp_num = wc.qp_num;
-  out->with_imm = (wc.wc_flags & IBV_WC_WITH_IMM) != 0;
-  out->imm_data = out->with_imm ? be32toh(wc.imm_data) : 0;
-  out->vendor_err = wc.vendor_err;
-  out->qp = this;
   if (s.mw != nullptr) {
     // Rule 3 of mw.h: a failed bind leaves the window unbound; a successful
     // invalidation unbinds it.
@@ -176,15 +268,13 @@ bool Qp::OnCompletion(const ibv_wc& wc, Completion* out) {
     }
     s.mw.reset();
   }
-  s.pin.Release();
-  s.pin_remote.Release();
-  if (recv) {
-    recv_free_.push_back(idx);
-    --outstanding_recvs_;
-  } else {
-    send_free_.push_back(idx);
-    --outstanding_sends_;
-  }
+  out->status = wc.status;
+  out->byte_len = wc.byte_len;
+  out->qp_num = wc.qp_num;
+  out->with_imm = (wc.wc_flags & IBV_WC_WITH_IMM) != 0;
+  out->imm_data = out->with_imm ? be32toh(wc.imm_data) : 0;
+  out->vendor_err = wc.vendor_err;
+  FinishSlot(recv, idx, out);
   return true;
 }
 
@@ -262,7 +352,9 @@ absl::StatusOr<uint32_t> Qp::PostBindMw(uint64_t wr_id, const std::shared_ptr<Mw
   s.user_wr_id = wr_id;
   s.kind = WrKind::kBindMw;
   s.mw = mw;
+  s.signaled = true;
   send_free_.pop_back();
+  PushPosted(idx);
   ++outstanding_sends_;
   return new_rkey;
 }
@@ -313,7 +405,9 @@ absl::Status Qp::PostInvalidateMw(uint64_t wr_id, const std::shared_ptr<Mw>& mw)
   s.user_wr_id = wr_id;
   s.kind = WrKind::kInvalidateMw;
   s.mw = mw;
+  s.signaled = true;
   send_free_.pop_back();
+  PushPosted(idx);
   ++outstanding_sends_;
   return absl::OkStatus();
 }

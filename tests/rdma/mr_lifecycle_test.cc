@@ -406,5 +406,100 @@ TEST_F(MrLifecycleTest, RegistrationBeyondMemlockAsNonRootFailsClearly) {
   EXPECT_EQ(WEXITSTATUS(status), 0) << "child failed at step " << WEXITSTATUS(status);
 }
 
+// Rule 4a (docs/rdma.md): a chain posted by PostReads asks for one
+// completion (its last READ), yet every READ of it is tracked: its pin holds
+// the local MR until the completion that retires it is polled, and Poll
+// returns one completion per READ, in post order.
+TEST_F(MrLifecycleTest, UnsignaledReadsOfAChainAreTrackedUntilTheSignaledCompletion) {
+  SetUpPair();
+  if (HasFatalFailure() || IsSkipped()) return;
+  constexpr int kN = 8;
+  constexpr uint32_t kPiece = 512;
+  std::vector<ReadWr> wrs(kN);
+  for (int i = 0; i < kN; ++i) {
+    wrs[i].wr_id = 100 + i;
+    wrs[i].dst = LocalBuf{local_mr_.get(), uint64_t{kPiece} * i, kPiece};
+    // Pieces in reverse order, so a READ that landed in the wrong place shows.
+    wrs[i].remote_addr = remote_mr_->iova() + uint64_t{kPiece} * (kN - 1 - i);
+    wrs[i].rkey = remote_mr_->rkey();
+  }
+  std::memset(local_mem_.data(), 0, kLen);
+  absl::StatusOr<size_t> posted = lb_->a->PostReads(wrs);
+  ASSERT_TRUE(posted.ok()) << posted.status();
+  ASSERT_EQ(*posted, size_t{kN});
+  EXPECT_EQ(lb_->a->outstanding_sends(), uint32_t{kN});
+
+  // Not one pin is released before a completion is polled, whatever the
+  // device has done meanwhile: the MR cannot go.
+  absl::Status st = SafeDeregister(*local_mr_, DeadlineIn(milliseconds(200)));
+  EXPECT_EQ(GetRdmaErrorKind(st), RdmaErrorKind::kMrInUse) << st;
+
+  std::vector<Completion> c = PollN(*lb_->cq_a, kN, DeadlineIn(seconds(10)));
+  ASSERT_EQ(c.size(), size_t{kN}) << "one completion per READ of the chain";
+  for (int i = 0; i < kN; ++i) {
+    EXPECT_EQ(c[i].wr_id, uint64_t(100 + i)) << "post order";
+    EXPECT_TRUE(c[i].ok()) << c[i].ToStatus();
+    EXPECT_EQ(c[i].kind, WrKind::kRead);
+    EXPECT_EQ(std::memcmp(local_mem_.bytes() + kPiece * i,
+                          remote_mem_.bytes() + kPiece * (kN - 1 - i), kPiece),
+              0)
+        << "piece " << i;
+  }
+  EXPECT_EQ(lb_->a->outstanding_sends(), 0u);
+  EXPECT_EQ(lb_->a->send_slots_free(), QpOptions{}.max_send_wr);
+  KVR_ASSERT_OK(SafeDeregister(*local_mr_, DeadlineIn(seconds(1))));
+}
+
+// A chain that fails: the failing READ and every READ after it complete on
+// their own (error, flush); none is lost, nothing stays pinned, the QP drains.
+TEST_F(MrLifecycleTest, AFailedReadChainCompletesEveryReadAndDrains) {
+  SetUpPair();
+  if (HasFatalFailure() || IsSkipped()) return;
+  constexpr int kN = 6;
+  std::vector<ReadWr> wrs(kN);
+  for (int i = 0; i < kN; ++i) {
+    wrs[i].wr_id = 200 + i;
+    wrs[i].dst = LocalBuf{local_mr_.get(), 64u * i, 64};
+    wrs[i].remote_addr = remote_mr_->iova() + 64u * i;
+    wrs[i].rkey = remote_mr_->rkey() ^ 0x5a5a00;  // not a key of this device
+  }
+  absl::StatusOr<size_t> posted = lb_->a->PostReads(wrs);
+  ASSERT_TRUE(posted.ok()) << posted.status();
+  ASSERT_EQ(*posted, size_t{kN});
+  std::vector<Completion> c = PollN(*lb_->cq_a, kN, DeadlineIn(seconds(10)));
+  ASSERT_EQ(c.size(), size_t{kN});
+  for (int i = 0; i < kN; ++i) {
+    EXPECT_EQ(c[i].wr_id, uint64_t(200 + i));
+    EXPECT_FALSE(c[i].ok()) << "READ " << i << " of a chain with a bad rkey";
+  }
+  EXPECT_EQ(lb_->a->outstanding_sends(), 0u);
+  KVR_ASSERT_OK(lb_->a->Drain(DeadlineIn(seconds(5))));
+  KVR_ASSERT_OK(SafeDeregister(*local_mr_, DeadlineIn(seconds(1))));
+}
+
+// Drain without polling first: every READ of an unsignaled chain comes back
+// through Drain (completed or flushed), and then the MR can go.
+TEST_F(MrLifecycleTest, DrainReturnsEveryReadOfAnUnpolledChain) {
+  SetUpPair();
+  if (HasFatalFailure() || IsSkipped()) return;
+  constexpr int kN = 5;
+  std::vector<ReadWr> wrs(kN);
+  for (int i = 0; i < kN; ++i) {
+    wrs[i].wr_id = 300 + i;
+    wrs[i].dst = LocalBuf{local_mr_.get(), 1024u * i, 1024};
+    wrs[i].remote_addr = remote_mr_->iova() + 1024u * i;
+    wrs[i].rkey = remote_mr_->rkey();
+  }
+  absl::StatusOr<size_t> posted = lb_->a->PostReads(wrs);
+  ASSERT_TRUE(posted.ok()) << posted.status();
+  ASSERT_EQ(*posted, size_t{kN});
+  std::vector<Completion> got;
+  KVR_ASSERT_OK(lb_->a->Drain(DeadlineIn(seconds(5)), &got));
+  ASSERT_EQ(got.size(), size_t{kN});
+  for (int i = 0; i < kN; ++i) EXPECT_EQ(got[i].wr_id, uint64_t(300 + i));
+  EXPECT_EQ(lb_->a->outstanding_sends(), 0u);
+  KVR_ASSERT_OK(SafeDeregister(*local_mr_, DeadlineIn(seconds(1))));
+}
+
 }  // namespace
 }  // namespace kvnode::rdma::testing

@@ -108,7 +108,8 @@ class Cq {
   absl::StatusOr<uint32_t> Attach(Qp* qp);
   void Detach(uint32_t tag);
   // Translates one raw completion; false if it is internal (a drain marker)
-  // or stale.
+  // or stale. Fills retired_ (cleared first) with the completions of the
+  // unsignaled work requests it retires, which come before `out`.
   bool Dispatch(const ibv_wc& wc, Completion* out);
   // Polls the device once; completions that belong to `target` are appended
   // to `mine` (if non-null), all others to the backlog. Returns how many
@@ -125,6 +126,7 @@ class Cq {
   std::vector<Entry> table_;
   std::vector<uint16_t> free_;
   std::deque<Completion> backlog_;
+  std::vector<Completion> retired_;  // Dispatch's scratch (capacity kept)
 };
 
 }  // namespace kvnode::rdma

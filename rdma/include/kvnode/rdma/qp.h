@@ -4,11 +4,22 @@
 // its CQs (cq.h). It takes no lock on the hot path (Post*, Poll). Only the
 // MR pins it takes are atomic (Mr may be shared across threads).
 //
-// Tracking (DESIGN.md rule 2): every work request posted here is signaled
-// and occupies a slot until its completion is polled. The slot holds an
-// in-flight pin on each Mr it names, so SafeDeregister refuses those MRs
-// until then. The wr_id on the wire encodes (CQ table index, generation,
-// slot); Cq::Poll translates it back to the caller's wr_id.
+// Tracking (DESIGN.md rule 2): every work request posted here occupies a
+// slot until its completion is polled. The slot holds an in-flight pin on
+// each Mr it names, so SafeDeregister refuses those MRs until then. The
+// wr_id on the wire encodes (CQ table index, generation, slot); Cq::Poll
+// translates it back to the caller's wr_id.
+//
+// Unsignaled work requests (PostReads; docs/rdma.md rule 4a): only the last
+// READ of a chain asks the device for a completion. Send slots are kept in
+// post order (send_fifo_): the send queue of an RC QP completes in order, so
+// a completion polled for slot k also retires every slot posted before k
+// that is still outstanding. Cq::Poll returns a Completion for each retired
+// slot too (before k's, in post order), with k's status when k succeeded and
+// IBV_WC_WR_FLUSH_ERR otherwise (its data is then not proven). A WR that
+// fails, or is flushed, completes on its own whether signaled or not (the
+// verbs spec; rxe does), and the drain marker's completion retires whatever
+// is left: the drain and the pins of rule 4 hold as for signaled WRs.
 //
 // Teardown: ~Qp (1) deallocates every type-2 window still bound to it,
 // (2) destroys the QP, (3) releases the pins of anything still outstanding
@@ -25,6 +36,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -99,6 +111,14 @@ struct LocalBuf {
   uint32_t length = 0;
 };
 
+// One READ of a chain for Qp::PostReads.
+struct ReadWr {
+  uint64_t wr_id = 0;  // the caller's, returned in its Completion
+  LocalBuf dst;
+  uint64_t remote_addr = 0;
+  uint32_t rkey = 0;
+};
+
 class Qp {
  public:
   // send_cq and recv_cq may be the same Cq.
@@ -135,6 +155,16 @@ class Qp {
   // ibv_post_send.
   [[nodiscard]] absl::Status PostRead(uint64_t wr_id, const LocalBuf& dst, uint64_t remote_addr,
                                       uint32_t rkey, Mr* pin_remote = nullptr);
+  // Posts `reads` as one chain (one ibv_post_send) of which only the last
+  // READ posted is signaled (rule 4a in the class comment). Posts the
+  // longest prefix the free send entries allow and returns its length (0
+  // only for an empty span). Errors (nothing posted): as PostRead, kQueueFull
+  // when no entry is free. When the device refuses a WR in the middle of
+  // the chain, the prefix before it stays posted without a signaled tail and
+  // its length is returned: its completions arrive with the next signaled
+  // completion or the drain; a caller seeing fewer posted than it asked and
+  // entries free should treat the QP as broken and drain it.
+  [[nodiscard]] absl::StatusOr<size_t> PostReads(std::span<const ReadWr> reads);
   // SEND of src (length may be 0 with src.mr null).
   [[nodiscard]] absl::Status PostSend(uint64_t wr_id, const LocalBuf& src);
   [[nodiscard]] absl::Status PostSendWithImm(uint64_t wr_id, const LocalBuf& src, uint32_t imm);
@@ -196,6 +226,7 @@ class Qp {
 
   struct Slot {
     uint64_t user_wr_id = 0;
+    bool signaled = true;
     MrRef pin;               // the local buffer
     MrRef pin_remote;        // optional
     std::shared_ptr<Mw> mw;  // bind/invalidate
@@ -210,8 +241,17 @@ class Qp {
   uint64_t RecvWrId(uint32_t slot) const { return (uint64_t{recv_tag_} << 32) | kRecvBit | slot; }
   absl::Status PinLocal(const LocalBuf& b, MrRef* pin);
   absl::Status PostSendImpl(uint64_t wr_id, const LocalBuf& src, bool with_imm, uint32_t imm);
-  // From Cq::Dispatch: fills `out`; false for the drain marker.
-  bool OnCompletion(const ibv_wc& wc, Completion* out);
+  // From Cq::Dispatch: fills `out`; false for the drain marker. Appends the
+  // completions of the unsignaled slots the completion retires (rule 4a) to
+  // `retired`, in post order.
+  bool OnCompletion(const ibv_wc& wc, Completion* out, std::vector<Completion>* retired);
+  // Send slots in post order (rule 4a).
+  void PushPosted(uint32_t slot);
+  // Retires the posted slots before `slot` (all of them for kMarkerSlot),
+  // then pops `slot` itself.
+  void RetireBefore(uint32_t slot, ibv_wc_status status, std::vector<Completion>* retired);
+  // Releases a finished send or receive slot and fills its completion.
+  void FinishSlot(bool recv, uint32_t idx, Completion* out);
   void ReleaseWindowsLocked(std::vector<std::shared_ptr<Mr>>* released)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(pd_->graph_mu());
 
@@ -231,6 +271,14 @@ class Qp {
   bool recv_attached_ = false;
   std::vector<uint32_t> send_free_;
   std::vector<uint32_t> recv_free_;
+  // Posted send slots, oldest first: a ring of max_send_wr entries.
+  std::vector<uint32_t> send_fifo_;
+  uint32_t fifo_head_ = 0;
+  uint32_t fifo_count_ = 0;
+  // One prebuilt READ work request and its gather entry per send slot
+  // (opcode, wr_id and sg_list fixed at creation): PostReads fills the rest.
+  std::vector<ibv_send_wr> read_wrs_;
+  std::vector<ibv_sge> read_sges_;
   uint32_t outstanding_sends_ = 0;  // caller's WRs, marker excluded
   uint32_t outstanding_recvs_ = 0;
   bool marker_outstanding_ = false;
