@@ -28,6 +28,7 @@ ReadResult Continue(const Geometry& g, ReadStep ctx) {
     ctx.offset = s.offset;
     ctx.length = s.length;
     ctx.owner = ctx.pending_slot_offset[0];
+    ctx.word = ctx.pending_slot_word[0];
     for (uint8_t i = 1; i < ctx.pending; ++i) {
       ctx.pending_slot_offset[i - 1] = ctx.pending_slot_offset[i];
       ctx.pending_slot_word[i - 1] = ctx.pending_slot_word[i];
@@ -90,7 +91,9 @@ ReadResult DecodeBucket(const Geometry& g, std::string_view key, const ReadStep&
        g.bucket_size > g.arena_size - ctx.next_bucket)) {
     return Make(Outcome::kRetry);
   }
-  const uint16_t fp = HashKey(g, key).fingerprint;
+  const uint16_t fp = step.fingerprint != ReadStep::kNoFingerprint
+                          ? static_cast<uint16_t>(step.fingerprint)
+                          : HashKey(g, key).fingerprint;
   const uint64_t inline_begin = step.offset + kSlotLineSize;
   const uint64_t inline_end = step.offset + g.bucket_size;
   for (uint32_t i = 0; i < kSlotsPerBucket; ++i) {
@@ -128,11 +131,48 @@ ReadResult DecodeBucket(const Geometry& g, std::string_view key, const ReadStep&
 }  // namespace
 
 ReadStep FirstRead(const Geometry& g, std::string_view key) {
+  return FirstRead(g, HashKey(g, key));
+}
+
+ReadStep FirstRead(const Geometry& g, const KeyHash& hash) {
   ReadStep step;
   step.kind = ReadStep::Kind::kBucket;
-  step.offset = BucketOffset(g, HashKey(g, key).bucket);
+  step.offset = BucketOffset(g, hash.bucket);
   step.length = g.bucket_size;
+  step.fingerprint = hash.fingerprint;
   return step;
+}
+
+ReadStep CachedRead(const Geometry& g, const CachedLocation& loc) {
+  ReadStep step;
+  step.kind = ReadStep::Kind::kCached;
+  const Slot s = Slot::Parse(loc.word);
+  if (s.type != SlotType::kResident || !PlausibleObject(g, s) || loc.slot % 8 != 0 ||
+      loc.slot < g.index_offset || loc.slot > g.arena_size - 8) {
+    return step;  // length 0: not a location
+  }
+  step.offset = s.offset;
+  step.length = s.length;
+  step.owner = loc.slot;
+  step.word = loc.word;
+  return step;
+}
+
+ReadResult DecodeCached(const Geometry& g, std::string_view key, const ReadStep& step,
+                        std::string_view slot_bytes, std::string_view object_bytes) {
+  if (step.kind != ReadStep::Kind::kCached || step.length == 0 || slot_bytes.size() < 8 ||
+      object_bytes.size() < step.length) {
+    return Make(Outcome::kRetry);
+  }
+  // The slot still publishes the object we are about to trust (read before it).
+  if (LoadU64(slot_bytes.data()) != step.word) return Make(Outcome::kRetry);
+  ReadResult r;
+  if (CheckObject(g, key, step.owner, object_bytes.substr(0, step.length), &r) !=
+      ObjectCheck::kMatch) {
+    return Make(Outcome::kRetry);
+  }
+  r.slot_word = step.word;
+  return r;
 }
 
 ReadResult Decode(const Geometry& g, std::string_view key, const ReadStep& step,
@@ -143,9 +183,11 @@ ReadResult Decode(const Geometry& g, std::string_view key, const ReadStep& step,
     if (step.length != g.bucket_size) return Make(Outcome::kRetry);
     return DecodeBucket(g, key, step, bytes);
   }
+  if (step.kind != ReadStep::Kind::kObject) return Make(Outcome::kRetry);  // kCached: DecodeCached
   ReadResult r;
   switch (CheckObject(g, key, step.owner, bytes, &r)) {
     case ObjectCheck::kMatch:
+      r.slot_word = step.word;
       return r;
     case ObjectCheck::kOtherKey:
       return Continue(g, step);

@@ -30,6 +30,19 @@
 //     one its link named (unlinked, or its memory reused) is kRetry.
 // A GET is one READ when the value is inline in the home bucket, two when it
 // lives in the heap; overflow buckets add one READ each.
+//
+// A reader that remembers where a heap value was (CachedLocation, from a
+// kFound of a kObject step) can skip the bucket: CachedRead gives two READs
+// to post back to back on ONE queue pair, in this order, the 8-byte slot
+// word at loc.slot and then the object; DecodeCached accepts the object
+// only if the slot word read still equals loc.word and the object is intact,
+// names loc.slot as its owner and holds `key`. That is guarantee 1 with the
+// slot read at the time the slot READ executed: an RC responder executes
+// the READs of one QP in order, so the object bytes are read after the slot
+// word that points to them (a retired object stays intact for the grace
+// period, so the object alone would prove nothing: an overwritten or
+// deleted key's old object passes every object check). Anything else is
+// kRetry: the caller drops the location and starts over with FirstRead.
 #ifndef KVNODE_STORAGE_READ_PATH_H_
 #define KVNODE_STORAGE_READ_PATH_H_
 
@@ -44,13 +57,19 @@ namespace kvnode::storage {
 // One READ to issue: `length` bytes at arena offset `offset`, plus the context
 // Decode needs to continue. A plain value; copy it freely.
 struct ReadStep {
-  enum class Kind : uint8_t { kBucket, kObject };
+  enum class Kind : uint8_t { kBucket, kObject, kCached };
   Kind kind = Kind::kBucket;
   uint64_t offset = 0;
   uint32_t length = 0;
 
+  // The key's fingerprint, computed once by FirstRead (kNoFingerprint: a
+  // step built by hand; Decode hashes the key then).
+  static constexpr uint32_t kNoFingerprint = 0xFFFFFFFF;
+  uint32_t fingerprint = kNoFingerprint;
+
   // Context (opaque to callers).
-  uint64_t owner = 0;            // kObject: slot offset the object must name
+  uint64_t owner = 0;            // kObject, kCached: slot offset the object must name
+  uint64_t word = 0;             // kObject, kCached: the slot word that named the object
   uint64_t next_bucket = 0;      // bucket to read after the pending candidates
   uint32_t next_bucket_tag = 0;  // the tag the link to next_bucket names
   uint32_t bucket_tag = 0;       // kBucket, overflow: the tag it must carry
@@ -67,11 +86,28 @@ struct ReadResult {
   std::string_view value;  // kFound: points into the bytes given to Decode
   uint64_t version = 0;    // kFound
   uint64_t slot = 0;       // kFound: offset of the slot word that published it
+  uint64_t slot_word = 0;  // kFound of a kObject or kCached step: that word
   ReadStep next;           // kNext
 };
 
 // The first READ of a GET: the key's home bucket.
 ReadStep FirstRead(const Geometry& g, std::string_view key);
+// The same with the key's hash already computed (HashKey(g, key)).
+ReadStep FirstRead(const Geometry& g, const KeyHash& hash);
+
+// Where a heap value was found: the slot that published it and the slot
+// word then. A plain value; any bytes are safe (DecodeCached checks them).
+struct CachedLocation {
+  uint64_t slot = 0;
+  uint64_t word = 0;
+};
+// The object READ of a GET through `loc` (kind kCached; the slot word READ
+// is 8 bytes at loc.slot, posted before it). length 0 when `loc` cannot name
+// an object of this geometry (not resident, out of the arena): drop it.
+ReadStep CachedRead(const Geometry& g, const CachedLocation& loc);
+// kFound (as Decode's) or kRetry: see the file comment.
+ReadResult DecodeCached(const Geometry& g, std::string_view key, const ReadStep& step,
+                        std::string_view slot_bytes, std::string_view object_bytes);
 
 // Interprets `bytes` (exactly what was read for `step`; fewer bytes -> kRetry).
 ReadResult Decode(const Geometry& g, std::string_view key, const ReadStep& step,
