@@ -66,6 +66,10 @@ absl::Status ClientOptions::Validate() const {
   if (keepalive_interval <= absl::ZeroDuration() || keepalive_timeout <= keepalive_interval) {
     return absl::InvalidArgumentError("keep-alive: need 0 < interval < timeout");
   }
+  if (location_cache_entries > (1u << 20)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("location_cache_entries = ", location_cache_entries, ": must be 0..1048576"));
+  }
   if (qp_timeout > 31 || qp_retry_cnt > 7) {
     return absl::InvalidArgumentError("qp_timeout must be 0..31 and qp_retry_cnt 0..7");
   }

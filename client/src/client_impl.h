@@ -36,6 +36,7 @@
 #include "kvnode/rdma/qp.h"
 #include "kvnode/storage/format.h"
 #include "kvnode/storage/read_path.h"
+#include "location_cache.h"
 #include "op_budget.h"
 
 namespace kvnode::client {
@@ -171,7 +172,11 @@ struct Slot {
   uint32_t send_len = 0;
   bool use_rpc = false;  // GET: go by RPC
   bool force_rpc = false;
-  // GET read path.
+  // GET read path. The key's hash is computed once per operation, with the
+  // hash seed it was computed for (a session on another arena has another).
+  storage::KeyHash hash;
+  uint64_t hash_seed = 0;
+  bool hashed = false;
   storage::ReadStep step;
   uint32_t read_attempts = 0;  // FirstRead restarts (torn reads)
   uint32_t reads = 0;          // READs issued for this GET
@@ -268,14 +273,30 @@ class Client::Impl {
   absl::Duration AnswerWait(const Session* s) const;
 
   // --- datapath.cc -------------------------------------------------------------
-  int PollCq();
-  void OnCompletion(const rdma::Completion& c);
-  void OnReadDone(uint32_t idx, Slot& slot);
-  void OnResponse(Session* s, uint32_t recv_index, uint32_t byte_len);
+  int PollCq(absl::Time now);
+  static constexpr int kPollBatch = 16;
+  static constexpr uint32_t kIdlePolls = 32;
+  void OnCompletion(const rdma::Completion& c, absl::Time now);
+  void OnReadDone(uint32_t idx, Slot& slot, absl::Time now);
+  void OnResponse(Session* s, uint32_t recv_index, uint32_t byte_len, absl::Time now);
   // Starts (or restarts) a slot on the current session, or queues it.
-  void Start(uint32_t idx);
-  void PostRead(uint32_t idx, Slot& slot);
-  void SendRpc(uint32_t idx, Slot& slot);
+  // `now`: the caller's one clock reading for the event it handles.
+  void Start(uint32_t idx, absl::Time now);
+  // The key's hash for the current session's geometry (computed once).
+  const storage::KeyHash& KeyHashOf(Slot& slot);
+  // The first READ step of a GET: through the location cache when it knows
+  // the key, else the home bucket.
+  void FirstStep(Slot& slot);
+  // Queues the READ(s) of slot.step in read_batch_ (posted by FlushReads).
+  void PostRead(uint32_t idx, Slot& slot, absl::Time now);
+  void QueueRead(uint32_t idx, Slot& slot, uint64_t local_offset, uint64_t arena_offset,
+                 uint32_t length);
+  // Posts read_batch_ on the current session as one chain (only its last
+  // READ signaled; rdma::Qp::PostReads), or requeues what could not go.
+  // Called at the start and end of Poll and before waiting, so a burst of
+  // Submits and the READs issued from one completion loop go out together.
+  void FlushReads(absl::Time now);
+  void SendRpc(uint32_t idx, Slot& slot, absl::Time now);
   absl::Status EncodeRpc(uint32_t idx, std::string_view value);
   void MarkBroken(Session* s, absl::Status why);
   void Requeue(uint32_t idx, absl::Time not_before);
@@ -294,11 +315,14 @@ class Client::Impl {
   bool CanSend() const { return CanRead() && !current_->moving; }
   char* SendBuf(uint32_t idx) { return static_cast<char*>(slot_mem_.data()) + idx * kSlotStride; }
   char* ReadBuf(uint32_t idx) { return SendBuf(idx) + kSendBufSize; }
+  // The slot word of a GET through the location cache.
+  char* WordBuf(uint32_t idx) { return ReadBuf(idx) + kReadBufSize; }
 
  public:
   static constexpr uint32_t kSendBufSize = (proto::kMaxRpcMessageSize + 63) / 64 * 64;
   static constexpr uint32_t kReadBufSize = (storage::kMaxObjectSize + 63) / 64 * 64;
-  static constexpr uint32_t kSlotStride = kSendBufSize + kReadBufSize;
+  static constexpr uint32_t kWordBufSize = 64;
+  static constexpr uint32_t kSlotStride = kSendBufSize + kReadBufSize + kWordBufSize;
   static constexpr uint32_t kRecvBufSize = kSendBufSize;
 
  private:
@@ -322,6 +346,15 @@ class Client::Impl {
   OpBudget budget_{options_.max_outstanding, options_.max_outstanding_writes};
   std::deque<uint32_t> queue_;  // slots in State::kQueued
   std::deque<uint32_t> done_;   // finished, not yet returned by Poll
+  // READs queued by PostRead for FlushReads: the slot of each and its work
+  // request, all for the session of epoch read_batch_epoch_.
+  std::vector<uint32_t> read_batch_slot_;
+  std::vector<rdma::ReadWr> read_batch_;
+  uint32_t read_batch_epoch_ = 0;
+  LocationCache location_cache_{options_.location_cache_entries};
+  // Polls that found nothing since the last full pass of Poll (which reads
+  // the clock): an empty poll costs one ibv_poll_cq and no clock read.
+  uint32_t idle_polls_ = 0;
   uint64_t next_sequence_ = 1;
   uint32_t next_epoch_ = 1;
   uint32_t sync_tag_ = 0;

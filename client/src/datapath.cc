@@ -1,6 +1,9 @@
 // Hot path of libkvclient: Submit, Poll, completion dispatch, the GET read
 // path over RDMA READ, RPC send/response. No virtual calls, no locks, no
-// allocation per operation (slot keys reserve their capacity once).
+// allocation per operation (slot keys reserve their capacity once; the READ
+// batch keeps its capacity). One clock reading per event: Submit reads the
+// clock once, Poll once when it has something to do (an empty poll reads
+// none), and everything that handles the event is given that reading.
 #include <glog/logging.h>
 #include <poll.h>
 
@@ -115,7 +118,13 @@ absl::Status Client::Impl::Submit(const OpRequest& op) {
       return st;
     }
   }
-  Start(idx);
+  s.hashed = false;
+  if (write && current_ != nullptr && current_->geometry.has_value() && location_cache_.enabled()) {
+    // Our own write moves the value: forget where it was (the check on use
+    // would catch it too, a round trip later).
+    location_cache_.Erase(storage::HashKey(*current_->geometry, s.key));
+  }
+  Start(idx, now);
   return absl::OkStatus();
 }
 
@@ -150,16 +159,18 @@ void Client::Impl::Hold(uint32_t idx) {
   if (budget_.Hold(s.kind, s.held)) s.held = true;
 }
 
-void Client::Impl::Start(uint32_t idx) {
+void Client::Impl::Start(uint32_t idx, absl::Time now) {
   Slot& s = slots_[idx];
-  if (!CanRead() || s.not_before > absl::Now()) {
+  if (!CanRead() || s.not_before > now || s.reads_outstanding > 0) {
+    // (A READ of an earlier attempt still outstanding writes into this
+    // slot's buffers: start again once it has completed.)
     if (!CanRead()) Hold(idx);
     Requeue(idx, s.not_before);
     return;
   }
   if (!s.use_rpc && current_->geometry.has_value()) {
-    s.step = storage::FirstRead(*current_->geometry, s.key);
-    PostRead(idx, s);
+    FirstStep(s);
+    PostRead(idx, s, now);
     return;
   }
   if (!CanSend()) {  // moving: the RPC goes on the new session
@@ -175,10 +186,35 @@ void Client::Impl::Start(uint32_t idx) {
       return;
     }
   }
-  SendRpc(idx, s);
+  SendRpc(idx, s, now);
 }
 
-void Client::Impl::PostRead(uint32_t idx, Slot& s) {
+const storage::KeyHash& Client::Impl::KeyHashOf(Slot& s) {
+  const storage::Geometry& g = *current_->geometry;
+  if (!s.hashed || s.hash_seed != g.hash_seed) {
+    s.hash = storage::HashKey(g, s.key);
+    s.hash_seed = g.hash_seed;
+    s.hashed = true;
+  }
+  return s.hash;
+}
+
+void Client::Impl::FirstStep(Slot& s) {
+  const storage::Geometry& g = *current_->geometry;
+  const storage::KeyHash& h = KeyHashOf(s);
+  if (location_cache_.enabled()) {
+    location_cache_.ForArena(g.arena_id);
+    storage::CachedLocation loc;
+    if (location_cache_.Lookup(h, &loc)) {
+      s.step = storage::CachedRead(g, loc);
+      if (s.step.length != 0) return;
+      location_cache_.Erase(h);
+    }
+  }
+  s.step = storage::FirstRead(g, h);
+}
+
+void Client::Impl::PostRead(uint32_t idx, Slot& s, absl::Time now) {
   Session* ses = current_.get();
   const uint64_t off = s.step.offset;
   const uint32_t len = s.step.length;
@@ -187,31 +223,65 @@ void Client::Impl::PostRead(uint32_t idx, Slot& s) {
     // Not a READ we can or should do: ask the server.
     ++stats_.rpc_fallbacks;
     s.use_rpc = true;
-    Start(idx);
+    Start(idx, now);
     return;
   }
-  absl::Status st = ses->qp->PostRead(
-      MakeWrId(ses->epoch, false, idx),
-      rdma::LocalBuf{slot_mr_.get(), uint64_t{idx} * kSlotStride + kSendBufSize, len},
-      ses->welcome.arena_remote_addr + off, ses->welcome.rkey);
-  if (!st.ok()) {
-    if (rdma::GetRdmaErrorKind(st) != rdma::RdmaErrorKind::kQueueFull) {
-      MarkBroken(ses, absl::UnavailableError(absl::StrCat("post READ: ", st.message())));
-    }
-    Requeue(idx, absl::Now());
-    return;
+  if (!read_batch_.empty() && read_batch_epoch_ != ses->epoch) FlushReads(now);
+  read_batch_epoch_ = ses->epoch;
+  if (s.step.kind == storage::ReadStep::Kind::kCached) {
+    // The slot word first: the responder executes the READs of one QP in
+    // order, so the object is read after the word that names it
+    // (read_path.h).
+    QueueRead(idx, s, uint64_t{idx} * kSlotStride + kSendBufSize + kReadBufSize, s.step.owner, 8);
   }
+  QueueRead(idx, s, uint64_t{idx} * kSlotStride + kSendBufSize, off, len);
   s.state = Slot::State::kReading;
   s.epoch = ses->epoch;
-  ++s.reads_outstanding;
   ++s.reads;
-  ++stats_.reads_posted;
 }
 
-void Client::Impl::SendRpc(uint32_t idx, Slot& s) {
+void Client::Impl::QueueRead(uint32_t idx, Slot& s, uint64_t local_offset, uint64_t arena_offset,
+                             uint32_t length) {
+  const Session* ses = current_.get();
+  read_batch_slot_.push_back(idx);
+  read_batch_.push_back(rdma::ReadWr{
+      MakeWrId(ses->epoch, false, idx), rdma::LocalBuf{slot_mr_.get(), local_offset, length},
+      ses->welcome.arena_remote_addr + arena_offset, ses->welcome.rkey});
+  ++s.reads_outstanding;
+}
+
+void Client::Impl::FlushReads(absl::Time now) {
+  if (read_batch_.empty()) return;
+  Session* ses = SessionByEpoch(read_batch_epoch_);
+  size_t posted = 0;
+  if (ses != nullptr && ses == current_.get() && !ses->broken) {
+    absl::StatusOr<size_t> n = ses->qp->PostReads(read_batch_);
+    if (n.ok()) {
+      posted = *n;
+      // Fewer posted than asked with entries free: the device refused one
+      // (rdma::Qp::PostReads); the QP is not to be trusted any more.
+      if (posted < read_batch_.size() && ses->qp->send_slots_free() > 0) {
+        MarkBroken(ses, absl::UnavailableError("post READ chain: refused by the device"));
+      }
+    } else if (rdma::GetRdmaErrorKind(n.status()) != rdma::RdmaErrorKind::kQueueFull) {
+      MarkBroken(ses, absl::UnavailableError(absl::StrCat("post READ: ", n.status().message())));
+    }
+  }
+  stats_.reads_posted += posted;
+  for (size_t i = posted; i < read_batch_.size(); ++i) {
+    const uint32_t idx = read_batch_slot_[i];
+    Slot& s = slots_[idx];
+    if (s.reads_outstanding > 0) --s.reads_outstanding;
+    if (s.state == Slot::State::kReading) Requeue(idx, now);
+  }
+  read_batch_.clear();
+  read_batch_slot_.clear();
+}
+
+void Client::Impl::SendRpc(uint32_t idx, Slot& s, absl::Time now) {
   Session* ses = current_.get();
   if (ses->rpcs_outstanding >= ses->credits) {
-    Requeue(idx, absl::Now());  // no credit: wait for a response
+    Requeue(idx, now);  // no credit: wait for a response
     return;
   }
   if (s.send_len > ses->welcome.max_rpc_message_size) {
@@ -229,7 +299,7 @@ void Client::Impl::SendRpc(uint32_t idx, Slot& s) {
     if (rdma::GetRdmaErrorKind(st) != rdma::RdmaErrorKind::kQueueFull) {
       MarkBroken(ses, absl::UnavailableError(absl::StrCat("post SEND: ", st.message())));
     }
-    Requeue(idx, absl::Now());
+    Requeue(idx, now);
     return;
   }
   s.state = Slot::State::kRpc;
@@ -275,24 +345,24 @@ void Client::Impl::RepostRecv(Session* s, uint32_t i) {
   if (!st.ok()) MarkBroken(s, absl::UnavailableError(absl::StrCat("repost RECV: ", st.message())));
 }
 
-int Client::Impl::PollCq() {
+int Client::Impl::PollCq(absl::Time now) {
   if (cq_ == nullptr) return 0;
-  rdma::Completion comps[16];
+  rdma::Completion comps[kPollBatch];
   int total = 0;
   for (;;) {
-    absl::StatusOr<int> n = cq_->Poll(std::span<rdma::Completion>(comps, 16));
+    absl::StatusOr<int> n = cq_->Poll(std::span<rdma::Completion>(comps, kPollBatch));
     if (!n.ok()) {
       LOG(ERROR) << "kvclient: poll CQ: " << n.status();
       MarkBroken(current_.get(), n.status());
       return total;
     }
-    for (int i = 0; i < *n; ++i) OnCompletion(comps[i]);
+    for (int i = 0; i < *n; ++i) OnCompletion(comps[i], now);
     total += *n;
-    if (*n < 16) return total;
+    if (*n < kPollBatch) return total;
   }
 }
 
-void Client::Impl::OnCompletion(const rdma::Completion& c) {
+void Client::Impl::OnCompletion(const rdma::Completion& c, absl::Time now) {
   const uint32_t epoch = WrEpoch(c.wr_id);
   Session* ses = SessionByEpoch(epoch);
   if (WrIsRecv(c.wr_id)) {
@@ -301,7 +371,7 @@ void Client::Impl::OnCompletion(const rdma::Completion& c) {
       MarkBroken(ses, c.ToStatus());
       return;
     }
-    OnResponse(ses, WrIndex(c.wr_id), c.byte_len);
+    OnResponse(ses, WrIndex(c.wr_id), c.byte_len, now);
     return;
   }
   const uint32_t idx = WrIndex(c.wr_id);
@@ -318,28 +388,57 @@ void Client::Impl::OnCompletion(const rdma::Completion& c) {
     // reconnect", never data.
     MarkBroken(ses, absl::UnavailableError(
                         absl::StrCat(is_read ? "READ" : "SEND", ": ", c.ToStatus().message())));
-    if (is_read && s.state == Slot::State::kReading && s.epoch == epoch) Requeue(idx, absl::Now());
+    if (is_read && s.state == Slot::State::kReading && s.epoch == epoch) Requeue(idx, now);
     MaybeFree(idx);
     return;
   }
-  if (is_read && s.state == Slot::State::kReading && s.epoch == epoch && ses != nullptr) {
-    OnReadDone(idx, s);
+  // A GET through the location cache has two READs: decode once both are in.
+  if (is_read && s.state == Slot::State::kReading && s.epoch == epoch && ses != nullptr &&
+      s.reads_outstanding == 0) {
+    OnReadDone(idx, s, now);
     return;
   }
   MaybeFree(idx);
 }
 
-void Client::Impl::OnReadDone(uint32_t idx, Slot& s) {
+void Client::Impl::OnReadDone(uint32_t idx, Slot& s, absl::Time now) {
   Session* ses = SessionByEpoch(s.epoch);
   if (ses == nullptr || !ses->geometry.has_value()) {
-    Requeue(idx, absl::Now());
+    Requeue(idx, now);
     return;
   }
   const char* buf = ReadBuf(idx);
-  const storage::ReadResult r =
-      storage::Decode(*ses->geometry, s.key, s.step, std::string_view(buf, s.step.length));
+  const std::string_view bytes(buf, s.step.length);
+  if (s.step.kind == storage::ReadStep::Kind::kCached) {
+    const storage::ReadResult r = storage::DecodeCached(*ses->geometry, s.key, s.step,
+                                                        std::string_view(WordBuf(idx), 8), bytes);
+    if (r.outcome == storage::ReadResult::Outcome::kFound) {
+      s.version = r.version;
+      s.value_off = static_cast<uint32_t>(r.value.data() - buf);
+      s.value_len = static_cast<uint32_t>(r.value.size());
+      s.via_rpc = false;
+      ++stats_.gets_by_read;
+      ++stats_.location_hits;
+      Finish(idx, absl::OkStatus());
+      return;
+    }
+    // Overwritten, deleted, moved, or another key's entry: the bucket says.
+    ++stats_.location_stale;
+    if (s.hashed) location_cache_.Erase(s.hash);
+    s.step = storage::FirstRead(*ses->geometry, KeyHashOf(s));
+    if (!CanRead() || ses != current_.get()) {
+      Requeue(idx, now);
+      return;
+    }
+    PostRead(idx, s, now);
+    return;
+  }
+  const storage::ReadResult r = storage::Decode(*ses->geometry, s.key, s.step, bytes);
   switch (r.outcome) {
     case storage::ReadResult::Outcome::kFound:
+      if (s.step.kind == storage::ReadStep::Kind::kObject && s.hashed && ses == current_.get()) {
+        location_cache_.Insert(s.hash, storage::CachedLocation{r.slot, r.slot_word});
+      }
       s.version = r.version;
       s.value_off = static_cast<uint32_t>(r.value.data() - buf);
       s.value_len = static_cast<uint32_t>(r.value.size());
@@ -359,8 +458,8 @@ void Client::Impl::OnReadDone(uint32_t idx, Slot& s) {
       if (++s.read_attempts > options_.max_read_retries) {
         ++stats_.rpc_fallbacks;
         s.use_rpc = true;
-      } else {
-        s.step = storage::FirstRead(*ses->geometry, s.key);
+      } else if (ses == current_.get()) {
+        s.step = storage::FirstRead(*ses->geometry, KeyHashOf(s));
       }
       break;
     case storage::ReadResult::Outcome::kSlowPath:
@@ -369,17 +468,17 @@ void Client::Impl::OnReadDone(uint32_t idx, Slot& s) {
       break;
   }
   if (!CanRead() || ses != current_.get()) {
-    Requeue(idx, absl::Now());  // restarts from FirstRead on the next session
+    Requeue(idx, now);  // restarts from FirstRead on the next session
     return;
   }
   if (s.use_rpc) {
-    Start(idx);
+    Start(idx, now);
   } else {
-    PostRead(idx, s);
+    PostRead(idx, s, now);
   }
 }
 
-void Client::Impl::OnResponse(Session* ses, uint32_t i, uint32_t byte_len) {
+void Client::Impl::OnResponse(Session* ses, uint32_t i, uint32_t byte_len, absl::Time now) {
   if (ses->rpcs_outstanding > 0) --ses->rpcs_outstanding;
   if (i >= ses->recv_buffers || byte_len > kRecvBufSize) {
     MarkBroken(ses, absl::UnavailableError("receive completion out of range"));
@@ -409,7 +508,6 @@ void Client::Impl::OnResponse(Session* ses, uint32_t i, uint32_t byte_len) {
   }
   Slot& s = slots_[idx];
   s.awaiting_response = false;
-  const absl::Time now = absl::Now();
   switch (r->status) {
     case proto::RpcStatus::kOk:
       s.version = r->version;
@@ -469,7 +567,7 @@ void Client::Impl::RunQueue(absl::Time now) {
       queue_.push_back(idx);
       continue;
     }
-    Start(idx);
+    Start(idx, now);
   }
 }
 
@@ -496,14 +594,39 @@ void Client::Impl::CheckDeadlines(absl::Time now) {
 
 size_t Client::Impl::Poll(std::span<OpResult> out) {
   if (closed_) return 0;
-  absl::Time now = absl::Now();
-  PollCq();
+  // READs queued by Submit go out first (what cannot go is retried at once:
+  // no clock reading needed for that).
+  if (!read_batch_.empty()) FlushReads(absl::InfinitePast());
+  // Nothing completed and nothing else to do: no clock read. Every
+  // kIdlePolls-th empty poll still runs the timers below (keep-alive,
+  // deadlines, session steps).
+  rdma::Completion first[kPollBatch];
+  int got = 0;
+  if (cq_ != nullptr) {
+    absl::StatusOr<int> n = cq_->Poll(std::span<rdma::Completion>(first, kPollBatch));
+    if (!n.ok()) {
+      LOG(ERROR) << "kvclient: poll CQ: " << n.status();
+      MarkBroken(current_.get(), n.status());
+    } else {
+      got = *n;
+    }
+  }
+  const bool busy = got > 0 || !done_.empty() || !queue_.empty() || pending_ != nullptr ||
+                    !retiring_.empty() || current_ == nullptr || current_->broken ||
+                    current_->moving;
+  if (!busy && ++idle_polls_ < kIdlePolls) return 0;
+  idle_polls_ = 0;
+  const absl::Time now = absl::Now();
+  for (int i = 0; i < got; ++i) OnCompletion(first[i], now);
+  if (got == kPollBatch) PollCq(now);
+  FlushReads(now);
   if (now >= next_control_check_) {
     next_control_check_ = now + absl::Microseconds(200);
     if (current_ != nullptr) PollControl(current_.get(), now);
   }
   ProgressSessions(now);
   if (!queue_.empty()) RunQueue(now);
+  FlushReads(now);
   if (now >= next_deadline_check_) {
     next_deadline_check_ = now + absl::Milliseconds(1);
     CheckDeadlines(now);
@@ -534,6 +657,7 @@ size_t Client::Impl::Poll(std::span<OpResult> out) {
 void Client::Impl::AppendWaitFds(std::vector<pollfd>* fds, absl::Time* until) {
   const absl::Time now = absl::Now();
   if (closed_) return;
+  FlushReads(now);
   if (!done_.empty()) {
     *until = now;
     return;
@@ -548,7 +672,7 @@ void Client::Impl::AppendWaitFds(std::vector<pollfd>* fds, absl::Time* until) {
     if (absl::Status st = cq_->RequestNotify(); !st.ok()) {
       *until = std::min(*until, now + absl::Milliseconds(1));
     }
-    if (PollCq() > 0 || !done_.empty()) {
+    if (PollCq(now) > 0 || !done_.empty()) {
       *until = now;
       return;
     }

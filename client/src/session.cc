@@ -240,7 +240,8 @@ absl::Status Client::Impl::OnWelcome(Session* s, const proto::Welcome& w) {
   s->recv_buffers = std::min(slot_count(), w.max_rpc_credits);
   s->credits = s->recv_buffers;
   rdma::QpOptions qopt;
-  qopt.max_send_wr = slot_count();
+  // Two READs per GET through the location cache (slot word, object).
+  qopt.max_send_wr = 2 * slot_count();
   qopt.max_recv_wr = s->recv_buffers;
   qopt.remote_access = 0;  // nobody reads or writes client memory
   qopt.timeout = options_.qp_timeout;
@@ -427,7 +428,7 @@ void Client::Impl::StepRetiring(absl::Time now) {
       // the marker, and whatever completions of this QP are there.
       std::vector<rdma::Completion> comps;
       absl::Status st = s->qp->Drain(rdma::Clock::now(), &comps);
-      for (const rdma::Completion& c : comps) OnCompletion(c);
+      for (const rdma::Completion& c : comps) OnCompletion(c, now);
       const bool timed_out = now >= s->step_deadline;
       if (st.ok() || timed_out ||
           rdma::GetRdmaErrorKind(st) != rdma::RdmaErrorKind::kDrainTimeout) {
@@ -513,7 +514,7 @@ void Client::Impl::DestroySession(std::unique_ptr<Session>& holder, bool say_goo
     if (!st.ok()) LOG(WARNING) << "kvclient: drain of session " << s->epoch << ": " << st;
     // Successful completions are real results (a response that arrived just
     // before); flushed ones release their slots.
-    for (const rdma::Completion& c : comps) OnCompletion(c);
+    for (const rdma::Completion& c : comps) OnCompletion(c, absl::Now());
   }
   const absl::Time now = absl::Now();
   ReleaseSlots(s, now);

@@ -18,10 +18,44 @@
 #include "kvnode/client/admin.h"
 #include "kvnode/client/client.h"
 #include "kvnode/client/errors.h"
+#include "location_cache.h"
 #include "op_budget.h"
 
 namespace kvnode::client {
 namespace {
+
+// The location cache is bounded, keyed by the whole hash (bucket and
+// fingerprint), and forgets everything when the arena changes.
+TEST(LocationCache, BoundedExactAndPerArena) {
+  LocationCache off(0);
+  EXPECT_FALSE(off.enabled());
+  storage::CachedLocation loc;
+  off.Insert({1, 2}, {8, 9});
+  EXPECT_FALSE(off.Lookup({1, 2}, &loc));
+
+  LocationCache c(100);  // rounded up to 128 entries
+  ASSERT_TRUE(c.enabled());
+  c.ForArena(7);
+  c.Insert({5, 3}, {100, 200});
+  ASSERT_TRUE(c.Lookup({5, 3}, &loc));
+  EXPECT_EQ(loc.slot, 100u);
+  EXPECT_EQ(loc.word, 200u);
+  EXPECT_FALSE(c.Lookup({5, 4}, &loc)) << "another fingerprint";
+  EXPECT_FALSE(c.Lookup({5 + 128, 3}, &loc)) << "another bucket in the same entry";
+  c.Insert({5 + 128, 3}, {300, 400});  // same entry: replaces
+  EXPECT_FALSE(c.Lookup({5, 3}, &loc));
+  ASSERT_TRUE(c.Lookup({5 + 128, 3}, &loc));
+  c.Erase({5, 3});  // not the one there: kept
+  EXPECT_TRUE(c.Lookup({5 + 128, 3}, &loc));
+  c.Erase({5 + 128, 3});
+  EXPECT_FALSE(c.Lookup({5 + 128, 3}, &loc));
+  c.Insert({0, 0}, {1, 1});  // the zero hash is a key like any other
+  EXPECT_TRUE(c.Lookup({0, 0}, &loc));
+  c.ForArena(7);
+  EXPECT_TRUE(c.Lookup({0, 0}, &loc));
+  c.ForArena(8);  // a new segment: offsets mean nothing there
+  EXPECT_FALSE(c.Lookup({0, 0}, &loc));
+}
 
 TEST(ErrorKind, MapsStatusCodes) {
   EXPECT_EQ(ErrorKindOf(absl::OkStatus()), ErrorKind::kOk);

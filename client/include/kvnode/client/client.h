@@ -129,6 +129,13 @@ struct ClientOptions {
   // Default false: use the RDMA READ fast path for GET. True: every GET is
   // an RPC (comparison and debugging).
   bool rpc_get_only = false;
+  // Entries of the location cache: where heap values (too big to live in
+  // their bucket) were found, so that the next GET of the key reads the
+  // slot word and the object in one round trip instead of bucket, then
+  // object. Bounded (rounded up to a power of two; ~24 bytes each), checked
+  // on every use: a stale entry costs a round trip, never a wrong value.
+  // Default 4096. 0..2^20; 0 disables it.
+  uint32_t location_cache_entries = 4096;
 
   [[nodiscard]] absl::Status Validate() const;
 };
@@ -185,6 +192,10 @@ struct ClientStats {
   uint64_t moves_refused = 0;
   uint64_t timeouts = 0;
   uint64_t stale_responses = 0;  // responses for no in-flight op (dropped)
+  // GETs through the location cache that found the value, and those whose
+  // location was stale (then read from the bucket).
+  uint64_t location_hits = 0;
+  uint64_t location_stale = 0;
 };
 
 struct GetResult {
@@ -233,7 +244,8 @@ class Client {
   // Starts `op`. ResourceExhausted when available(op.kind) == 0; InvalidArgument
   // for a bad key/value (nothing started); Unavailable when the client is
   // closed or (reconnect off) the session is lost. Anything else is reported
-  // in the op's OpResult.
+  // in the op's OpResult. A GET's READs may go out at the next Poll or Wait
+  // (a burst of Submits is posted as one chain of work requests).
   [[nodiscard]] absl::Status Submit(const OpRequest& op);
   // Makes progress without blocking and returns finished operations (at
   // most out.size()); 0 if none.
