@@ -294,6 +294,25 @@ def put_rows(D):
     return rows
 
 
+def nocache_rows(D):
+    """Heap GETs at depth 1 without the location cache (cell C-nocache) beside
+    those through it (C-uniform, cache warmed): the two heap targets."""
+    rows = []
+    for s in D.sizes:
+        pt50 = pick(D.pt.get(("ib_read_lat", s, 1), {}), "p50")
+        for cell, what in (("C-uniform", "cache warmed"), ("C-nocache", "no cache")):
+            kv = D.kv.get((cell, s, 1), {})
+            if not kv or (cell == "C-uniform" and not D.kv.get(("C-nocache", s, 1))):
+                continue
+            kv50 = pick(kv, "get", "p50")
+            hits = [f["client"].get("location_hits", 0) for f in kv.values()]
+            reads = [f["client"].get("gets_by_read", 0) for f in kv.values()]
+            share = stat([h / r for h, r in zip(hits, reads) if r])
+            rows.append([f"{s} B", what, fstat(stat(kv50.values())), fstat(stat(pt50.values())),
+                         fratio(ratio_stat(kv50, pt50)), fstat(share, 2)])
+    return rows
+
+
 def cpu_rows(D):
     """CPU time per operation (kvload's report: getrusage of kvload, the
     node's /proc/PID/stat over the same run) beside the GET and PUT ratios."""
@@ -330,6 +349,11 @@ def summary(d):
                 "half a round trip)",
                 ["value", "PUT p50", "ib_send_lat p50", "ratio", "vs 2x send_lat", "PUT ops/s"],
                 put_rows(D))
+    rows = nocache_rows(D)
+    if rows:
+        print_table("Heap GET p50 at depth 1 with and without the location cache (µs)",
+                    ["value", "client", "GET p50", "ib_read_lat p50", "ratio", "share of GETs by cache"],
+                    rows)
     print_table("CPU time per operation (µs; the client busy-polls, so its figure is about "
                 "1 / ops/s on its core)",
                 ["op", "value", "depth", "ops/s", "client CPU µs/op", "node CPU µs/op"],

@@ -77,6 +77,12 @@ DEFINE_uint32(qp_timeout, 12,
 DEFINE_uint32(qp_retry_cnt, 2, "transport retries of the QPs (0..7)");
 DEFINE_bool(progress, true, "print a progress line to stderr every second");
 DEFINE_bool(rpc_get, false, "GET by RPC instead of RDMA READ");
+DEFINE_int32(location_cache, -1,
+             "entries of each client's location cache (heap values' places); -1: twice "
+             "--keys (at most 2^20), 0: none");
+DEFINE_bool(warm, false,
+            "GET every key once on each client before the measured run (unmeasured): the "
+            "location caches then know every heap value's place");
 DEFINE_int32(node_pid, 0,
              "the node's pid (same host): its CPU time per operation goes into the report "
              "(from /proc/PID/stat) beside this process's own (getrusage)");
@@ -96,11 +102,6 @@ std::atomic<bool> g_stop{false};
 
 void OnSignal(int) { g_stop.store(true); }
 
-uint64_t NowNs(SteadyClock::time_point t0) {
-  return static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(SteadyClock::now() - t0).count());
-}
-
 struct Shared {
   load::WorkloadOptions wopt;
   std::optional<load::KeyChooser> chooser;
@@ -110,6 +111,7 @@ struct Shared {
   std::atomic<uint64_t> issued{0};
   uint64_t ops_limit = 0;
   SteadyClock::time_point t0;
+  absl::Time t0_abs;  // t0 on the clients' clock (their OpResult timestamps)
   SteadyClock::time_point end;
   bool verify = false;
   std::atomic<uint64_t> preload_next{0};
@@ -122,7 +124,6 @@ struct Pending {
   uint64_t key = 0;
   uint64_t version = 0;
   load::ReadSnapshot snap;
-  uint64_t start_ns = 0;
   bool preload = false;
 };
 
@@ -200,10 +201,11 @@ class Worker {
         p.op = load::OpType::kRead;  // a write of this key is in flight: read it instead
       }
     }
-    key_ = load::FormatKey(p.key, shared_->wopt.key_size);
+    load::FormatKeyTo(p.key, shared_->wopt.key_size, &key_);
     OpRequest req;
     req.key = key_;
-    req.deadline = absl::Now() + absl::Milliseconds(FLAGS_timeout_ms);
+    // Deadline: the client's op_timeout (--timeout_ms) from its own clock
+    // reading at Submit; the latency is measured from that same reading.
     switch (p.op) {
       case load::OpType::kRead:
         req.kind = OpKind::kGet;
@@ -224,7 +226,6 @@ class Worker {
     }
     const uint32_t slot = free_.back();
     req.user_data = slot;
-    p.start_ns = NowNs(shared_->t0);
     absl::Status st = c->Submit(req);
     if (!st.ok()) {
       if (p.op != load::OpType::kRead) shared_->write_busy[p.key].store(0);
@@ -234,6 +235,11 @@ class Worker {
     free_.pop_back();
     pending_[slot] = p;
     return true;
+  }
+
+  uint64_t SinceT0(absl::Time t) const {
+    const int64_t ns = absl::ToInt64Nanoseconds(t - shared_->t0_abs);
+    return ns > 0 ? static_cast<uint64_t>(ns) : 0;
   }
 
   void Fail(const Pending& p, const absl::Status& st) {
@@ -255,7 +261,10 @@ class Worker {
       ++stats_.reads_while_writes_held;
     }
     free_.push_back(slot);
-    const uint64_t end_ns = NowNs(shared_->t0);
+    // The client's timestamps: its clock reading at Submit and at the Poll
+    // that found the completion (one reading per event, shared by all).
+    const uint64_t start_ns = SinceT0(r.submitted);
+    const uint64_t end_ns = SinceT0(r.completed);
     const bool not_found = absl::IsNotFound(r.status);
     if (p.op != load::OpType::kRead) {
       if (r.status.ok() || (p.op == load::OpType::kDelete && not_found)) {
@@ -267,7 +276,7 @@ class Worker {
           if (!st.ok()) LOG(ERROR) << "kvload: ack log: " << st;
         }
         shared_->write_busy[p.key].store(0);
-        if (!p.preload) stats_.RecordCompletion(p.op, p.start_ns, end_ns);
+        if (!p.preload) stats_.RecordCompletion(p.op, start_ns, end_ns);
       } else {
         shared_->write_busy[p.key].store(0);
         Fail(p, r.status);
@@ -278,9 +287,10 @@ class Worker {
       Fail(p, r.status);
       return;
     }
-    stats_.RecordCompletion(p.op, p.start_ns, end_ns, not_found);
+    stats_.RecordCompletion(p.op, start_ns, end_ns, not_found);
     if (shared_->verify) {
-      const std::string key = load::FormatKey(p.key, shared_->wopt.key_size);
+      load::FormatKeyTo(p.key, shared_->wopt.key_size, &key_);
+      const std::string& key = key_;
       const load::ReadVerdict v = shared_->tracker->CheckRead(
           p.key, key, p.snap, not_found ? std::nullopt : std::optional<std::string_view>(r.value));
       stats_.RecordVerdict(v);
@@ -293,14 +303,23 @@ class Worker {
     }
   }
 
+  // Issues on every client what it has room for, then polls each once (a
+  // full batch is polled again: no second, empty Poll). The clock is read
+  // only when there is room to issue (the end of the run) and every 256
+  // rounds (the progress snapshot), never per empty poll.
   void Loop(bool preload) {
     OpResult results[32];
     uint32_t idle = 0;
+    uint32_t rounds = 0;
     auto next_publish = SteadyClock::now();
     bool issuing = true;
     for (;;) {
       bool progress = false;
-      if (issuing) issuing = preload ? !g_stop.load() : MayIssue();
+      bool room = false;
+      for (Client* c : raw_) {
+        room |= c->available(preload ? OpKind::kPut : OpKind::kGet) > 0;
+      }
+      if (issuing && room && !free_.empty()) issuing = preload ? !g_stop.load() : MayIssue();
       for (Client* c : raw_) {
         // The preload only writes; the run picks a GET when writes are held.
         while (issuing && c->available(preload ? OpKind::kPut : OpKind::kGet) > 0 &&
@@ -312,17 +331,21 @@ class Worker {
           progress = true;
         }
         size_t n;
-        while ((n = c->Poll(std::span<OpResult>(results))) > 0) {
+        do {
+          n = c->Poll(std::span<OpResult>(results));
+          if (n == 0) break;
           const bool held = c->writes_held() > 0;
           for (size_t i = 0; i < n; ++i) Complete(results[i], held);
           progress = true;
-        }
+        } while (n == std::size(results));
       }
-      const auto now = SteadyClock::now();
-      if (now >= next_publish) {
-        std::lock_guard<std::mutex> l(mu_);
-        published_ = stats_;
-        next_publish = now + std::chrono::milliseconds(250);
+      if (++rounds % 256 == 0 || !issuing) {
+        const auto now = SteadyClock::now();
+        if (now >= next_publish) {
+          std::lock_guard<std::mutex> l(mu_);
+          published_ = stats_;
+          next_publish = now + std::chrono::milliseconds(250);
+        }
       }
       if (!issuing) {
         bool any = false;
@@ -367,6 +390,10 @@ ClientOptions MakeClientOptions(const std::string& token, uint32_t depth) {
   // Out-of-range values are left to ClientOptions::Validate to reject.
   o.qp_timeout = static_cast<uint8_t>(std::min<uint32_t>(FLAGS_qp_timeout, 255));
   o.qp_retry_cnt = static_cast<uint8_t>(std::min<uint32_t>(FLAGS_qp_retry_cnt, 255));
+  o.location_cache_entries =
+      FLAGS_location_cache >= 0
+          ? static_cast<uint32_t>(std::min<int64_t>(FLAGS_location_cache, 1 << 20))
+          : static_cast<uint32_t>(std::min<uint64_t>(2 * FLAGS_keys, 1 << 20));
   return o;
 }
 
@@ -557,6 +584,7 @@ int main(int argc, char** argv) {
   if (FLAGS_preload) {
     const auto p0 = SteadyClock::now();
     shared.t0 = p0;
+    shared.t0_abs = absl::Now();
     for (auto& t : run_phase(true)) t.join();
     for (auto& wk : workers) preload_failures += wk->preload_failures();
     std::fprintf(stderr, "kvload: preloaded %llu keys in %.2fs (%llu failed)\n",
@@ -565,8 +593,34 @@ int main(int argc, char** argv) {
                  static_cast<unsigned long long>(preload_failures));
   }
 
+  if (FLAGS_warm) {
+    const auto w0 = SteadyClock::now();
+    std::string key;
+    uint64_t failed = 0;
+    for (auto& wk : workers) {
+      for (const auto& c : wk->clients()) {
+        for (uint64_t k = 0; k < w.keys; ++k) {
+          load::FormatKeyTo(k, w.key_size, &key);
+          absl::StatusOr<kvnode::client::GetResult> g =
+              c->Get(key, absl::Now() + absl::Milliseconds(FLAGS_timeout_ms));
+          if (!g.ok() && !absl::IsNotFound(g.status())) ++failed;
+        }
+      }
+    }
+    std::fprintf(stderr, "kvload: warmed (every key read once per client) in %.2fs, %llu failed\n",
+                 std::chrono::duration<double>(SteadyClock::now() - w0).count(),
+                 static_cast<unsigned long long>(failed));
+  }
+  kvnode::client::ClientStats before_run;
+  for (auto& wk : workers) {
+    for (const auto& c : wk->clients()) {
+      before_run.location_hits += c->stats().location_hits;
+      before_run.location_stale += c->stats().location_stale;
+    }
+  }
   const load::CpuTimes cpu0 = load::SampleCpu(FLAGS_node_pid);
   shared.t0 = SteadyClock::now();
+  shared.t0_abs = absl::Now();
   shared.end = shared.t0 + std::chrono::microseconds(static_cast<int64_t>(FLAGS_duration * 1e6));
   std::vector<std::thread> ts = run_phase(false);
   // Progress line each second until every worker is done.
@@ -623,6 +677,8 @@ int main(int argc, char** argv) {
       cs.moves_refused += s.moves_refused;
       cs.timeouts += s.timeouts;
       cs.stale_responses += s.stale_responses;
+      cs.location_hits += s.location_hits;
+      cs.location_stale += s.location_stale;
     }
   }
   if (shared.ack_log != nullptr) {
@@ -656,6 +712,9 @@ int main(int argc, char** argv) {
       {"preload_failures", preload_failures},
   };
   report["client"]["moves_refused"] = cs.moves_refused;
+  // Of the measured run only (a --warm phase's GETs are not counted).
+  report["client"]["location_hits"] = cs.location_hits - before_run.location_hits;
+  report["client"]["location_stale"] = cs.location_stale - before_run.location_stale;
   report["cpu"] = load::CpuJson(cpu0, cpu1, total.ops());
   std::printf("%s", load::FormatSummary(report).c_str());
   std::printf(

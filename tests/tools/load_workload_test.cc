@@ -54,6 +54,14 @@ TEST(WorkloadTest, KeyFormatting) {
   EXPECT_EQ(FormatKey(42, 8), "k0000042");
   EXPECT_EQ(FormatKey(0, 2), "k0");
   EXPECT_EQ(FormatKey(12345, 6), "k12345");
+  // FormatKeyTo reuses the string: no allocation once it has the capacity.
+  std::string k;
+  FormatKeyTo(123, 16, &k);
+  EXPECT_EQ(k, "k000000000000123");
+  const char* buf = k.data();
+  FormatKeyTo(9, 16, &k);
+  EXPECT_EQ(k, "k000000000000009");
+  EXPECT_EQ(k.data(), buf);
   EXPECT_EQ(MinKeySize(1), 2u);
   EXPECT_EQ(MinKeySize(10), 2u);
   EXPECT_EQ(MinKeySize(11), 3u);

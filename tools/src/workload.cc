@@ -160,15 +160,20 @@ size_t MinKeySize(uint64_t keys) {
 }
 
 std::string FormatKey(uint64_t index, size_t key_size) {
+  std::string key;
+  FormatKeyTo(index, key_size, &key);
+  return key;
+}
+
+void FormatKeyTo(uint64_t index, size_t key_size, std::string* out) {
   char digits[24];
   auto [end, ec] = std::to_chars(digits, digits + sizeof(digits), index);
   const size_t n = static_cast<size_t>(end - digits);
-  std::string key;
-  key.reserve(std::max(key_size, n + 1));
-  key.push_back('k');
-  if (key_size > n + 1) key.append(key_size - n - 1, '0');
-  key.append(digits, n);
-  return key;
+  out->clear();
+  out->reserve(std::max(key_size, n + 1));
+  out->push_back('k');
+  if (key_size > n + 1) out->append(key_size - n - 1, '0');
+  out->append(digits, n);
 }
 
 std::optional<uint64_t> ParseKeyIndex(std::string_view key) {

@@ -105,6 +105,9 @@ size_t MinKeySize(uint64_t keys);
 // "k" followed by `index` in decimal, zero-padded to exactly key_size bytes
 // (key_size >= MinKeySize(index + 1)), e.g. FormatKey(42, 8) == "k0000042".
 std::string FormatKey(uint64_t index, size_t key_size);
+// The same into *out, reusing its capacity (no allocation once it has
+// grown to key_size: kvload's per-operation path).
+void FormatKeyTo(uint64_t index, size_t key_size, std::string* out);
 
 // Inverse of FormatKey; nullopt for anything FormatKey cannot produce.
 std::optional<uint64_t> ParseKeyIndex(std::string_view key);
