@@ -62,8 +62,11 @@ class LocationCache {
   };
   // Non-zero for every key: bucket and fingerprint together.
   static uint64_t Tag(const storage::KeyHash& h) { return ((h.bucket << 14) | h.fingerprint) + 1; }
+  // All bits of bucket and fingerprint mixed (multiplicative hashing): an
+  // index of the bucket alone would give at most bucket_count entries, and
+  // an index holds fewer buckets than a cache of twice the keys has entries.
   size_t Index(const storage::KeyHash& h) const {
-    return static_cast<size_t>((h.bucket ^ (uint64_t{h.fingerprint} << 20)) & mask_);
+    return static_cast<size_t>((Tag(h) * 0x9E3779B97F4A7C15ull) >> 32) & mask_;
   }
 
   std::vector<Entry> entries_;

@@ -41,20 +41,44 @@ TEST(LocationCache, BoundedExactAndPerArena) {
   EXPECT_EQ(loc.slot, 100u);
   EXPECT_EQ(loc.word, 200u);
   EXPECT_FALSE(c.Lookup({5, 4}, &loc)) << "another fingerprint";
-  EXPECT_FALSE(c.Lookup({5 + 128, 3}, &loc)) << "another bucket in the same entry";
-  c.Insert({5 + 128, 3}, {300, 400});  // same entry: replaces
-  EXPECT_FALSE(c.Lookup({5, 3}, &loc));
-  ASSERT_TRUE(c.Lookup({5 + 128, 3}, &loc));
-  c.Erase({5, 3});  // not the one there: kept
-  EXPECT_TRUE(c.Lookup({5 + 128, 3}, &loc));
-  c.Erase({5 + 128, 3});
-  EXPECT_FALSE(c.Lookup({5 + 128, 3}, &loc));
+  EXPECT_FALSE(c.Lookup({5 + 128, 3}, &loc)) << "another bucket";
+  // One entry: every key shares it, an insert replaces, an erase of another
+  // key keeps it.
+  LocationCache one(1);
+  one.Insert({5, 3}, {100, 200});
+  one.Insert({5 + 128, 3}, {300, 400});
+  EXPECT_FALSE(one.Lookup({5, 3}, &loc));
+  ASSERT_TRUE(one.Lookup({5 + 128, 3}, &loc));
+  EXPECT_EQ(loc.slot, 300u);
+  one.Erase({5, 3});
+  EXPECT_TRUE(one.Lookup({5 + 128, 3}, &loc));
+  one.Erase({5 + 128, 3});
+  EXPECT_FALSE(one.Lookup({5 + 128, 3}, &loc));
   c.Insert({0, 0}, {1, 1});  // the zero hash is a key like any other
   EXPECT_TRUE(c.Lookup({0, 0}, &loc));
   c.ForArena(7);
   EXPECT_TRUE(c.Lookup({0, 0}, &loc));
   c.ForArena(8);  // a new segment: offsets mean nothing there
   EXPECT_FALSE(c.Lookup({0, 0}, &loc));
+}
+
+// Keys of few buckets (an arena's index has fewer buckets than the cache has
+// entries) still spread over the whole cache: most of them stay cached.
+TEST(LocationCache, KeysOfFewBucketsSpreadOverTheCache) {
+  LocationCache c(16384);
+  constexpr uint64_t kBuckets = 1024;
+  constexpr uint32_t kKeys = 4000;
+  for (uint32_t i = 0; i < kKeys; ++i) {
+    c.Insert({i % kBuckets, static_cast<uint16_t>((i * 2654435761u) >> 18)}, {8 * i, i});
+  }
+  uint32_t kept = 0;
+  storage::CachedLocation loc;
+  for (uint32_t i = 0; i < kKeys; ++i) {
+    kept += c.Lookup({i % kBuckets, static_cast<uint16_t>((i * 2654435761u) >> 18)}, &loc) &&
+            loc.word == i;
+  }
+  // Direct-mapped, 4000 keys in 16384 entries: about e^(-4000/16384) = 78 %.
+  EXPECT_GT(kept, kKeys * 7 / 10);
 }
 
 TEST(ErrorKind, MapsStatusCodes) {
