@@ -20,6 +20,7 @@
 # figures are those of the same link in the same session. Both ends use the
 # RC timers of the two-host tests (tests/e2e/twohost_lib.sh). The guests
 # agree on each step through files in DIR/rdv.
+#
 # For heap value sizes (not inline in the bucket) the C runs read every key
 # once first (kvload --warm: the location cache then knows every object's
 # place), and one more cell, C-nocache, runs depth 1 without the cache.

@@ -305,9 +305,10 @@ def nocache_rows(D):
             if not kv or (cell == "C-uniform" and not D.kv.get(("C-nocache", s, 1))):
                 continue
             kv50 = pick(kv, "get", "p50")
-            hits = [f["client"].get("location_hits", 0) for f in kv.values()]
-            reads = [f["client"].get("gets_by_read", 0) for f in kv.values()]
-            share = stat([h / r for h, r in zip(hits, reads) if r])
+            # location_hits counts the measured run only; gets_by_read
+            # also counts the --warm GETs: divide by the run's operations.
+            share = stat([f["client"].get("location_hits", 0) / f["ops"]
+                          for f in kv.values() if f["ops"]])
             rows.append([f"{s} B", what, fstat(stat(kv50.values())), fstat(stat(pt50.values())),
                          fratio(ratio_stat(kv50, pt50)), fstat(share, 2)])
     return rows
@@ -371,6 +372,8 @@ def summary(d):
 
 
 TWO_HOST_TITLE = "## Two hosts: across a link"
+# A section whose title ends so is hand-written and kept by `report`.
+KEPT_SUFFIX = "(hand-written section)"
 
 
 def two_host_md(d, command):
@@ -943,15 +946,17 @@ def report(d, md_path, plots):
           + "; ".join(D.starved) + ".\n")
     if not D.skipped and not D.failed:
         w("- Nothing was skipped and no run failed.\n")
-    # The two-host section comes from another run (deploy/bench.sh
-    # --two-host, pasted from its two-host.md): kept as it was.
+    # Sections that come from other runs (the two-host one, pasted from
+    # deploy/bench.sh --two-host's two-host.md; hand-written before/after
+    # comparisons) are kept as they were.
     try:
         old = open(md_path).read()
-        i = old.index("\n" + TWO_HOST_TITLE)
-        j = old.find("\n## ", i + 1)
-        w(old[i + 1:j if j >= 0 else len(old)].rstrip() + "\n")
-    except (OSError, ValueError):
-        pass
+    except OSError:
+        old = ""
+    for section in old.split("\n## ")[1:]:
+        title = "## " + section.split("\n", 1)[0]
+        if title == TWO_HOST_TITLE or title.endswith(KEPT_SUFFIX):
+            w("## " + section.rstrip() + "\n")
     os.makedirs(os.path.dirname(os.path.abspath(md_path)), exist_ok=True)
     with open(md_path, "w") as f:
         f.write("\n".join(L).rstrip() + "\n")
