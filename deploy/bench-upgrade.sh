@@ -123,6 +123,30 @@ PY
     last_ms=$((($(date +%s%N) - t0) / 1000000))
     reap "$old"
     node_pid=$(ping_field pid)
+    phases_row "$last_ms"
+  }
+  # phases_row SIGNAL_TO_O_EXIT_MS: upgrade_last_phase_seconds of the last
+  # upgrade, one line per event. O's phases reach N with Gone, which N reads
+  # after O's exit: wait (deadline) for O's "total" to arrive.
+  phases_row() {
+    local m end=$(($(date +%s) + 20))
+    until m=$("$kvctl" --admin_socket "$admin" metrics 2>/dev/null) &&
+      grep -q 'upgrade_last_phase_seconds{phase="total"}' <<<"$m"; do
+      (($(date +%s) < end)) || break
+      sleep 0.05 # polling a condition under a deadline
+    done
+    { grep '^kvnode_upgrade_last_phase_seconds' <<<"$m" || true; } |
+      sed -E 's/kvnode_upgrade_last_phase_seconds\{phase="([^"]*)"\} /\1=/' |
+      python3 -c '
+import sys
+p = {k: float(v) for k, v in (l.strip().split("=") for l in sys.stdin if "=" in l)}
+ms = lambda k: "%.0f" % (p[k] * 1000) if k in p else "-"
+ws, sn = sys.argv[3:5]
+print("    phases %s: writer_switch %s ms  signal->N_writes %s ms  signal->O_exit %s ms  %s" % (
+    sys.argv[1], ms(ws), ms(sn), sys.argv[2],
+    " ".join("%s=%.0f" % (k, v * 1000) for k, v in sorted(p.items()))))' \
+        "$name" "$1" writer_switch signal_to_n_writes |
+      tee -a "$results"
   }
   # One naive restart; sets last_ms = SIGTERM -> new process answering.
   naive_event() {

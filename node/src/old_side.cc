@@ -526,6 +526,10 @@ absl::Status OldSide::AwaitOwned(Attempt& a) {
   server_->MarkHandedOff();
   const absl::Time owned_at = absl::Now();
   metrics_->SetLast("write_pause", owned_at - a.paused_at);
+  // What a user asks of an upgrade: how long writes waited for a writer, and
+  // how long after the signal the new process took writes.
+  metrics_->SetLast("writer_switch", owned_at - a.paused_at);
+  metrics_->SetLast("signal_to_n_writes", owned_at - a.t0);
   Mark(a, "o_handover");
   LOG(INFO) << "upgrade: Owned by pid " << owned->pid << " generation " << owned->generation
             << " after " << absl::FormatDuration(owned_at - a.t0) << " (writes paused "
