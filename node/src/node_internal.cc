@@ -63,23 +63,21 @@ absl::StatusOr<std::vector<server::ClientRecordExport>> ExportSessionsBlocking(
   return std::move(st->records);
 }
 
-struct MoveRound {
-  absl::Mutex mu;
-  uint64_t sent ABSL_GUARDED_BY(mu) = 0;
-  uint64_t acked ABSL_GUARDED_BY(mu) = 0;
-  size_t pending ABSL_GUARDED_BY(mu) = 1;  // until the first query
-  bool queried ABSL_GUARDED_BY(mu) = false;
-  bool Done() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return queried && pending == 0; }
-};
-
-std::shared_ptr<MoveRound> SendMoves(server::Server* s, const std::string& endpoint,
-                                     uint64_t new_generation, absl::Duration client_deadline) {
-  auto st = std::make_shared<MoveRound>();
+MoveResult MoveClientsBlocking(server::Server* s, const std::string& endpoint,
+                               uint64_t new_generation, absl::Duration deadline) {
+  struct State {
+    absl::Mutex mu;
+    uint64_t sent = 0;
+    uint64_t acked = 0;
+    size_t pending = 1;  // until the first query
+    bool queried = false;
+  };
+  auto st = std::make_shared<State>();
   proto::Move mv;
   mv.reason = proto::MoveReason::kUpgrade;
   mv.endpoint = endpoint;
   mv.new_generation = new_generation;
-  mv.deadline_ms = static_cast<uint32_t>(absl::ToInt64Milliseconds(client_deadline));
+  mv.deadline_ms = static_cast<uint32_t>(absl::ToInt64Milliseconds(deadline));
   s->RunOnControlThread([s, st, mv] {
     const size_t sent = s->SendMoveToAll(mv, [s, st](uint64_t) {
       absl::MutexLock l(&st->mu);
@@ -91,12 +89,6 @@ std::shared_ptr<MoveRound> SendMoves(server::Server* s, const std::string& endpo
     st->pending = s->PendingMoveAcks();
     st->queried = true;
   });
-  return st;
-}
-
-MoveResult AwaitMoveAcks(server::Server* s, const std::shared_ptr<MoveRound>& round,
-                         absl::Duration deadline) {
-  const std::shared_ptr<MoveRound>& st = round;
   const absl::Time end = absl::Now() + deadline;
   // Acks arrive through the callback; a client that closes without one only
   // changes PendingMoveAcks(), so the count is re-read on the control thread
@@ -104,9 +96,11 @@ MoveResult AwaitMoveAcks(server::Server* s, const std::shared_ptr<MoveRound>& ro
   for (;;) {
     {
       absl::MutexLock l(&st->mu);
-      st->mu.AwaitWithDeadline(absl::Condition(st.get(), &MoveRound::Done),
-                               std::min(end, absl::Now() + absl::Milliseconds(20)));
-      if (st->Done()) break;
+      st->mu.AwaitWithDeadline(
+          absl::Condition(
+              +[](State* x) { return x->queried && x->pending == 0; }, st.get()),
+          std::min(end, absl::Now() + absl::Milliseconds(20)));
+      if (st->queried && st->pending == 0) break;
     }
     if (absl::Now() >= end) break;
     s->RunOnControlThread([s, st] {
@@ -116,11 +110,6 @@ MoveResult AwaitMoveAcks(server::Server* s, const std::shared_ptr<MoveRound>& ro
   }
   absl::MutexLock l(&st->mu);
   return MoveResult{st->sent, st->acked};
-}
-
-MoveResult MoveClientsBlocking(server::Server* s, const std::string& endpoint,
-                               uint64_t new_generation, absl::Duration deadline) {
-  return AwaitMoveAcks(s, SendMoves(s, endpoint, new_generation, deadline), deadline);
 }
 
 SessionTable ToSessionTable(const std::vector<server::ClientRecordExport>& records) {

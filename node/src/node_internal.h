@@ -6,7 +6,6 @@
 
 #include <cstdint>
 #include <functional>
-#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -37,17 +36,8 @@ struct MoveResult {
   uint64_t sent = 0;
   uint64_t acked = 0;
 };
-// One round of Moves: sent by SendMoves, its MoveAcks counted as they
-// arrive (on the control thread) until AwaitMoveAcks returns.
-struct MoveRound;
-// Posts Move{endpoint, new_generation, client_deadline} to every ready client
-// (on the control thread); does not wait.
-std::shared_ptr<MoveRound> SendMoves(server::Server* s, const std::string& endpoint,
-                                     uint64_t new_generation, absl::Duration client_deadline);
-// Waits until no client of the round is pending or `deadline` passes.
-MoveResult AwaitMoveAcks(server::Server* s, const std::shared_ptr<MoveRound>& round,
-                         absl::Duration deadline);
-// SendMoves + AwaitMoveAcks with one deadline.
+// Sends Move to every ready client and waits until none is pending or the
+// deadline passes.
 MoveResult MoveClientsBlocking(server::Server* s, const std::string& endpoint,
                                uint64_t new_generation, absl::Duration deadline);
 

@@ -48,8 +48,6 @@ struct OldSide::Attempt {
   uint64_t cut = 0;
   absl::Time dereg_start;
   pid_t child_pid = 0;  // the new process; upgrade thread only
-  // Moves sent with HandOver, their acks awaited after Owned; upgrade thread only.
-  std::shared_ptr<MoveRound> early_moves;
 
   // Set BEFORE the action they stand for, so that a rollback undoes whatever
   // may have happened; every undo is harmless when nothing happened.
@@ -258,7 +256,6 @@ absl::Status OldSide::Handoff(std::shared_ptr<Attempt> ap) {
   if (absl::Status s = AwaitHelloAndReady(a); !s.ok()) return s;
   if (absl::Status s = PauseWritesAndCloseDb(ap); !s.ok()) return s;
   if (absl::Status s = SendHandOver(ap); !s.ok()) return s;
-  SendEarlyMoves(a);
   if (absl::Status s = AwaitOwned(a); !s.ok()) return s;
   MoveClients(a);
   return absl::OkStatus();
@@ -546,26 +543,7 @@ absl::Status OldSide::AwaitOwned(Attempt& a) {
   return absl::OkStatus();
 }
 
-// Tells every client to move as soon as HandOver has left, not after Owned:
-// a client then creates its new QP and dials while N opens RocksDB, and its
-// Hello waits in the listener's backlog for N's first accept, so its writes
-// (BUSY until it has moved) resume right after Owned. Before Owned nothing
-// about the clients changes: N accepts only after sending Owned, and on a
-// rollback O accepts the queued connections itself; its Welcome names
-// generation g < Move.new_generation, which the client refuses
-// (CheckMoveTarget), staying on (or reconnecting to) O.
-void OldSide::SendEarlyMoves(Attempt& a) {
-  absl::StatusOr<std::string> endpoint = server_->advertised_endpoint();
-  if (!endpoint.ok()) return;  // MoveClients says why after Owned
-  // The client's drain deadline is half of this (client.h): it covers N's
-  // RocksDB open as well as the move itself.
-  a.early_moves = SendMoves(server_, *endpoint, a.new_generation,
-                            options_.owned_deadline + options_.move_deadline);
-  LOG(INFO) << "upgrade: Move sent with HandOver: clients dial " << *endpoint
-            << " while the new process opens RocksDB";
-}
-
-// Counts the clients that moved to the new process (told at HandOver, or now).
+// Tells every client to move to the new process and counts who did.
 void OldSide::MoveClients(Attempt& a) {
   // Clients go to the advertised address, not to the bound one: a listener on
   // 0.0.0.0 would send each remote client to its own host. N listens on the
@@ -578,9 +556,7 @@ void OldSide::MoveClients(Attempt& a) {
     LOG(ERROR) << "upgrade: " << endpoint.status() << ": clients are cut instead of moved";
   } else {
     MoveResult r =
-        a.early_moves != nullptr
-            ? AwaitMoveAcks(server_, a.early_moves, options_.move_deadline)
-            : MoveClientsBlocking(server_, *endpoint, a.new_generation, options_.move_deadline);
+        MoveClientsBlocking(server_, *endpoint, a.new_generation, options_.move_deadline);
     a.moved = r.acked;
     a.cut = r.sent - std::min(r.sent, r.acked);
     LOG(INFO) << "upgrade: " << r.sent << " clients told to move to " << *endpoint << ", "

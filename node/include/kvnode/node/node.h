@@ -186,8 +186,7 @@ class OldSide {
   absl::Status PauseWritesAndCloseDb(const std::shared_ptr<Attempt>& ap);
   absl::Status SendHandOver(const std::shared_ptr<Attempt>& ap);
   absl::Status AwaitOwned(Attempt& a);
-  void SendEarlyMoves(Attempt& a);  // right after HandOver; does not wait
-  void MoveClients(Attempt& a);     // past the point of no return: cannot fail
+  void MoveClients(Attempt& a);  // past the point of no return: cannot fail
   // Records how long the phase that ends now took, for `kvctl stats`.
   void Mark(Attempt& a, const char* name);
   // Enters step `name` with options_.step_deadline.
