@@ -10,6 +10,15 @@
 # binary it names) and KV_NODE_BIN_REAL select another unit: e2e_deb_unit
 # runs the one the .deb installs (package_deb unpacks it).
 #
+# The unit's User=/Group= (kvnode) run every Exec line, as systemd would
+# (setpriv, with the unit's LimitMEMLOCK): the directories are that user's as
+# systemd and the package's postinst make them (state and runtime
+# directories the user's, 0700; /etc/kvnode root:GROUP 0750; the token the
+# user's, 0600). The guest's root file system is the host's, read-only,
+# without that user: the test adds it, as postinst's adduser --system would,
+# to copies of /etc/passwd and /etc/group mounted over them in a mount
+# namespace of its own. Needs root (the VM's).
+#
 # 1. The env file as shipped (listen on 0.0.0.0:7000, no advertise address):
 #    the node refuses to start and names --advertise_address.
 # 2. With KVNODE_ADVERTISE_ADDRESS=127.0.0.1 (what the env file's comments ask
@@ -18,12 +27,39 @@
 #    database under the state directory; kvload --verify runs while the
 #    unit's ExecReload (kill -USR2 $MAINPID, $MAINPID from the pid file) does
 #    a live upgrade: a new pid serves generation 2 with the same arguments,
-#    the pid file names it, the clients moved, zero failed operations.
+#    the pid file names it, the clients moved, zero failed operations. Both
+#    processes run as the unit's user; the database, the pid file and the
+#    arena are that user's.
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+unit=${KV_UNIT:-$repo/deploy/kvnode.service}
+unit_value() { python3 "$repo/tests/e2e/systemd_unit.py" --unit "$unit" --root "${root:-/}" --value "$1"; }
+user=$(unit_value User)
+group=$(unit_value Group)
+# A storage node reachable from the network does not run as root.
+[[ -n $user && $user != root && $user != 0 ]] ||
+  { echo "deploy_unit: FAIL: $unit runs the node as root (User=${user:-unset})" >&2; exit 1; }
+# The user as postinst makes it, visible to this script and its children only.
+if ! getent passwd "$user" >/dev/null && [[ -z ${KV_UNIT_USER_NS:-} ]]; then
+  [[ $(id -u) -eq 0 ]] || { echo "deploy_unit: FAIL: User=$user needs root to run as" >&2; exit 1; }
+  KV_UNIT_USER_NS=1 exec unshare -m --propagation private bash -c '
+    set -euo pipefail
+    user=$1 group=$2
+    shift 2
+    etc=$(mktemp -d /tmp/kv-e2e-etc.XXXXXX)
+    mount -t tmpfs -o mode=755 tmpfs "$etc"
+    cp /etc/passwd /etc/group "$etc/"
+    # A free system uid/gid (adduser --system picks one below 1000 alike).
+    id=999
+    while getent passwd "$id" >/dev/null || getent group "$id" >/dev/null; do id=$((id - 1)); done
+    echo "${group:-$user}:x:$id:" >>"$etc/group"
+    echo "$user:x:$id:$id::/var/lib/$user:/usr/sbin/nologin" >>"$etc/passwd"
+    mount --bind "$etc/passwd" /etc/passwd
+    mount --bind "$etc/group" /etc/group
+    exec "$@"' deploy_unit "$user" "$group" "$0" "$@"
+fi
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/upgrade_lib.sh"
 kv_require_device
-repo=$(cd "$(dirname "$0")/../.." && pwd)
-unit=${KV_UNIT:-$repo/deploy/kvnode.service}
 unit_exec=${KV_UNIT_EXEC:-/usr/local/bin/kvnode}
 KV_NODE_BIN=${KV_NODE_BIN_REAL:-$KV_BUILD/node/kvnode}
 
@@ -36,6 +72,35 @@ KV_TOKEN=$root/etc/kvnode/token
 cp "${KV_UNIT_ENV:-$repo/deploy/kvnode.env}" "$root/etc/kvnode/kvnode.env"
 KV_ADMIN=$root/run/kvnode/admin.sock
 pid_file=$root/run/kvnode/kvnode.pid
+# "${as_unit_user[@]}" CMD...: CMD as the unit's User=/Group=, as systemd
+# runs an Exec line; start_unit adds the unit's LimitMEMLOCK.
+memlock=$(unit_value LimitMEMLOCK)
+case $memlock in
+"") memlock=$(ulimit -l) ;;
+infinity) memlock=unlimited ;;
+*) memlock=$((memlock / 1024)) ;;
+esac
+uid=$(id -u "$user")
+group=${group:-$(id -gn "$user")}
+as_unit_user=(setpriv --reuid="$user" --regid="$group" --init-groups --)
+# What systemd does for StateDirectory=/RuntimeDirectory= with User=, and
+# postinst for /etc/kvnode and the token. The temp root stands for /, whose
+# directories anyone may traverse.
+chmod 755 "$root" "$root/var" "$root/var/lib" "$root/run" "$root/etc"
+chown "$user:$group" "$root/var/lib/kvnode" "$root/run/kvnode" "$KV_TOKEN"
+chown "root:$group" "$root/etc/kvnode"
+chmod 750 "$root/etc/kvnode"
+kv_log "the unit runs as User=$user (uid $uid) Group=$group, LimitMEMLOCK=$memlock"
+# runs_as_unit_user PID: the process's real, effective, saved and fs uids.
+runs_as_unit_user() {
+  local uids
+  uids=$(sed -n 's/^Uid:[[:space:]]*//p' "/proc/$1/status" | tr -s '[:space:]' ' ')
+  [[ $uids == "$uid $uid $uid $uid " || $uids == "$uid $uid $uid $uid" ]] ||
+    kv_fail "pid $1 runs with uids $uids, not User=$user ($uid)"
+}
+owned_by_unit_user() {
+  [[ $(stat -c %U "$1") == "$user" ]] || kv_fail "$1 is owned by $(stat -c %U "$1"), not $user"
+}
 
 # unit_command KEY [--set VAR=VALUE]: the command line into CMD (an array).
 unit_command() {
@@ -52,7 +117,10 @@ start_unit() {
   unit_command ExecStart
   [[ ${CMD[0]} == "$unit_exec" ]] || kv_fail "ExecStart runs ${CMD[0]}, expected $unit_exec"
   KV_LOG=$1
-  "$KV_NODE_BIN" "${CMD[@]:1}" >"$KV_LOG" 2>&1 &
+  (
+    ulimit -l "$memlock"
+    exec "${as_unit_user[@]}" "$KV_NODE_BIN" "${CMD[@]:1}"
+  ) >"$KV_LOG" 2>&1 &
   KV_PID=$!
 }
 
@@ -82,7 +150,11 @@ listen=$(kv_admin ping | grep -o '"listen":"[^"]*"' | cut -d'"' -f4)
 KV_ADDR=127.0.0.1:7000
 [[ $(<"$pid_file") == "$KV_PID" ]] || kv_fail "pid file says $(<"$pid_file"), node is $KV_PID"
 [[ -d $root/var/lib/kvnode/db ]] || kv_fail "no database under the state directory"
-kv_ok "started from the unit: pid $KV_PID on $listen, pid file and database in place"
+runs_as_unit_user "$KV_PID"
+for f in "$root/var/lib/kvnode/db" "$pid_file" "$KV_ADMIN" "/dev/shm/$KV_SHM"; do
+  owned_by_unit_user "$f"
+done
+kv_ok "started from the unit: pid $KV_PID on $listen as $user, pid file and database in place"
 
 # A client without the token is refused (the unit never runs unauthenticated).
 (umask 077 && echo wrong-token >"$root/wrong-token")
@@ -103,7 +175,7 @@ kv_wait_for 60 kv_stat_at_least ops_put 400 || kv_fail "no load"
 
 old=$KV_PID
 unit_command ExecReload --set "MAINPID=$(<"$pid_file")"
-"${CMD[@]}" || kv_fail "ExecReload failed"
+"${as_unit_user[@]}" "${CMD[@]}" || kv_fail "ExecReload failed"
 kv_wait_for 90 up_generation_is 2 || kv_fail "generation 2 did not answer within 90 s of ExecReload"
 new=$(up_ping_field pid)
 [[ $new != "$old" ]] || kv_fail "same pid $new after the upgrade"
@@ -114,6 +186,8 @@ wait "$old" || rc=$?
 KV_PID=$new
 pid_is_new() { [[ $(<"$pid_file") == "$new" ]]; }
 kv_wait_for 10 pid_is_new || kv_fail "pid file says $(<"$pid_file") after the upgrade, new pid is $new"
+runs_as_unit_user "$new"
+owned_by_unit_user "$pid_file"
 kv_wait_for 30 up_not_in_progress || kv_fail "upgrade still in progress on $new"
 kv_wait_for 30 clients_are 2 || kv_fail "clients on the new process: $(kv_stat clients)"
 # The new process runs with the unit's arguments (a live upgrade keeps them).
@@ -141,7 +215,7 @@ print(f"kvload: {r['ops']} ops, failed 0, verify errors 0, moves {c['moves']}, "
       f"reconnects {c['reconnects']}")
 PY
 grep -q "moved to 127.0.0.1:7000" "$root/kvload.log" || kv_fail "no client moved to 127.0.0.1:7000"
-kv_ok "ExecReload: $old -> $new (generation 2), clients moved to 127.0.0.1:7000"
+kv_ok "ExecReload: $old -> $new (generation 2), both as $user, clients moved to 127.0.0.1:7000"
 up_stop_node
 [[ ! -e $pid_file ]] || kv_fail "pid file left after SIGTERM"
 echo "deploy_unit: PASS"

@@ -3,8 +3,12 @@
 for tests on a machine without systemd (tests/e2e/deploy_unit.sh).
 
   systemd_unit.py --unit deploy/kvnode.service --root ROOT [--set VAR=VALUE]... KEY
+  systemd_unit.py --unit deploy/kvnode.service --root ROOT --value KEY
 
-KEY is ExecStart, ExecReload, ... of the [Service] section. What systemd does
+KEY is ExecStart, ExecReload, ... of the [Service] section. With --value, the
+setting KEY (User, LimitMEMLOCK, ...) is printed as written, specifiers
+replaced, newline-terminated; the last one wins as in systemd; nothing when
+the unit does not set it. What systemd does
 and this script imitates (systemd.service(5), systemd.unit(5), systemd.exec(5)):
   - lines ending in a backslash continue on the next line;
   - specifiers %S (/var/lib), %t (/run), %E (/etc) and %% -- the directories
@@ -91,9 +95,15 @@ def main():
     ap.add_argument("--unit", required=True)
     ap.add_argument("--root", required=True)
     ap.add_argument("--set", action="append", default=[])
+    ap.add_argument("--value", action="store_true")
     ap.add_argument("key")
     a = ap.parse_args()
     settings = service_settings(a.unit)
+    if a.value:
+        values = [v for k, v in settings if k == a.key]
+        if values:
+            sys.stdout.write(specifiers(values[-1], a.root) + "\n")
+        return
     env = {}
     for k, v in settings:
         if k == "EnvironmentFile":
