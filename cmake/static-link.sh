@@ -9,7 +9,7 @@
 # CMake config files) name the shared objects, and every library of this tree
 # links them; only the executable may swap them for archives (libkvclient.so
 # must not carry a private Abseil: its headers use absl::Status). Why: the
-# dynamic loader's work at exec, ~50 shared objects, is most of a new
+# dynamic loader's work at exec, ~50 shared objects, is much of a new
 # process's start in a live upgrade.
 #
 # libibverbs (and libnl it needs) stays dynamic on purpose: it dlopen()s the
