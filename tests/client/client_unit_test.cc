@@ -318,7 +318,12 @@ class FakeAdmin {
   }
   ~FakeAdmin() {
     shutdown(fd_, SHUT_RDWR);
-    if (conn_ >= 0) shutdown(conn_, SHUT_RDWR);
+    {
+      // Under the lock: Serve may be closing the connection meanwhile, and
+      // its number could be reused by then.
+      std::lock_guard<std::mutex> l(mu_);
+      if (conn_ >= 0) shutdown(conn_, SHUT_RDWR);
+    }
     thread_.join();
     close(fd_);
     unlink(path_.c_str());
@@ -334,7 +339,10 @@ class FakeAdmin {
   void Serve() {
     int c = accept(fd_, nullptr, nullptr);
     if (c < 0) return;
-    conn_ = c;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      conn_ = c;
+    }
     std::string line;
     char ch;
     while (read(c, &ch, 1) == 1 && ch != '\n') line.push_back(ch);
@@ -349,6 +357,8 @@ class FakeAdmin {
       while (read(c, &ch, 1) > 0) {
       }
     }
+    std::lock_guard<std::mutex> l(mu_);
+    conn_ = -1;
     close(c);
   }
 
@@ -356,9 +366,9 @@ class FakeAdmin {
   std::string answer_;
   std::string dir_, path_;
   int fd_ = -1;
-  int conn_ = -1;
   std::thread thread_;
   std::mutex mu_;
+  int conn_ = -1;  // guarded by mu_
   std::string request_;
 };
 
