@@ -19,6 +19,7 @@
 #include "kvnode/proto/rpc.h"
 #include "kvnode/rdma/errors.h"
 #include "kvnode/server/control_session.h"
+#include "kvnode/server/spin_policy.h"
 
 namespace kvnode::server {
 namespace {
@@ -101,7 +102,8 @@ DataPlane::DataPlane(const DataPlaneConfig& config, DataPlaneResources resources
       res_(std::move(resources)),
       backend_(backend),
       metrics_(metrics),
-      on_lost_(std::move(on_lost)) {}
+      on_lost_(std::move(on_lost)),
+      response_inline_bytes_(config.response_inline_bytes) {}
 
 absl::StatusOr<std::unique_ptr<DataPlane>> DataPlane::Create(const DataPlaneConfig& config,
                                                              DataPlaneResources resources,
@@ -172,13 +174,27 @@ void DataPlane::Shutdown() {
 void DataPlane::Loop() {
   std::array<rdma::Completion, 32> wcs;
   using SteadyClock = std::chrono::steady_clock;
+  // last_activity: a completion or a task; the spin window runs from it (and
+  // from a wake-up). last_completion: the end of the last poll round that
+  // handled completions; a request's gap is measured from it.
   auto last_activity = SteadyClock::now();
-  const auto spin = std::chrono::microseconds(config_.spin_us);
+  auto last_completion = last_activity;
+  SpinPolicy spin(uint64_t{config_.spin_us} * 1000, uint64_t{config_.spin_max_us} * 1000);
   auto poll_once = [&]() -> int {
     absl::StatusOr<int> n = cq_->Poll(wcs);
     if (!n.ok()) {
       LOG(ERROR) << "data plane: " << n.status();
       return 0;
+    }
+    if (*n == 0) return 0;
+    if (spin.adaptive()) {
+      for (int i = 0; i < *n; ++i) {
+        if (wcs[i].ok() && WrKindOf(wcs[i].wr_id) == WrTag::kRecv) {
+          spin.OnRequest(static_cast<uint64_t>(
+              std::chrono::nanoseconds(SteadyClock::now() - last_completion).count()));
+          break;
+        }
+      }
     }
     for (int i = 0; i < *n; ++i) HandleCompletion(wcs[i]);
     return *n;
@@ -188,16 +204,18 @@ void DataPlane::Loop() {
     const bool ran = tasks_->pending() && tasks_->RunAll() > 0;
     if (n > 0 || ran) {
       last_activity = SteadyClock::now();
+      if (n > 0) last_completion = last_activity;
       continue;
     }
-    if (SteadyClock::now() - last_activity < spin) continue;
+    if (SteadyClock::now() - last_activity < std::chrono::nanoseconds(spin.window_ns())) continue;
     // Idle: arm the CQ, then poll once more (a completion that arrived before
     // arming raises no event), then sleep on the channel and the task queue.
     if (absl::Status s = cq_->RequestNotify(); !s.ok()) {
       LOG(ERROR) << "data plane: " << s;
     }
-    if (poll_once() > 0 || tasks_->pending()) {
+    if (const int m = poll_once(); m > 0 || tasks_->pending()) {
       last_activity = SteadyClock::now();
+      if (m > 0) last_completion = last_activity;
       continue;
     }
     pollfd fds[2] = {{cq_->channel_fd(), POLLIN, 0}, {tasks_->fd(), POLLIN, 0}};
@@ -308,7 +326,18 @@ absl::StatusOr<SessionSetup> DataPlane::CreateSession(uint64_t conn_id,
   qo.timeout = config_.qp_timeout;
   qo.retry_cnt = config_.qp_retry_cnt;
   qo.label = absl::StrCat("client-", client_id);
+  // Small responses (every PUT, DELETE and PING answer) go inline: the
+  // device copies them at post time instead of reading the buffer later.
+  qo.max_inline_data = response_inline_bytes_;
   absl::StatusOr<std::unique_ptr<rdma::Qp>> qp = rdma::Qp::Create(res_.pd, cq_, cq_, qo);
+  if (!qp.ok() && qo.max_inline_data > 0) {
+    LOG(WARNING) << "creating a client QP with " << qo.max_inline_data
+                 << " bytes of inline data failed (" << qp.status()
+                 << "); responses are posted without inline data from now on";
+    response_inline_bytes_ = 0;
+    qo.max_inline_data = 0;
+    qp = rdma::Qp::Create(res_.pd, cq_, cq_, qo);
+  }
   if (!qp.ok()) return qp.status();
   s->qp = std::move(*qp);
   if (absl::Status st = s->qp->ToInit(); !st.ok()) return st;

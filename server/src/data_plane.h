@@ -49,6 +49,10 @@ struct DataPlaneConfig {
   uint32_t max_client_records = 4096;
   bool use_windows = true;
   uint32_t spin_us = 20;
+  uint32_t spin_max_us = 0;  // ServerOptions::spin_max_us; 0: fixed spin_us
+  // Responses up to this many bytes are posted inline (IBV_SEND_INLINE);
+  // a device that refuses it at QP creation gets 0.
+  uint32_t response_inline_bytes = 64;
   uint8_t qp_timeout = 12;                          // ServerOptions::qp_timeout
   uint8_t qp_retry_cnt = 2;                         // ServerOptions::qp_retry_cnt
   absl::Duration drain_timeout = absl::Seconds(2);  // per QP
@@ -167,6 +171,7 @@ class DataPlane {
   absl::flat_hash_map<uint64_t, std::unique_ptr<ClientRecord>> records_;
   std::vector<uint32_t> free_blocks_;
   uint32_t next_serial_ = 1;
+  uint32_t response_inline_bytes_;  // config_'s, 0 once the device refused it
   bool writes_paused_ = false;
 
   std::atomic<uint64_t> live_sessions_{0};

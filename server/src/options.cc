@@ -163,6 +163,10 @@ absl::Status ServerOptions::Validate() const {
     return Bad("max_client_records", "must be >= --max_clients");
   }
   if (spin_us > 1000000) return Bad("spin_us", "must be <= 1000000");
+  if (spin_max_us > 1000000) return Bad("spin_max_us", "must be <= 1000000");
+  if (spin_max_us != 0 && spin_max_us <= spin_us) {
+    return Bad("spin_max_us", "must be 0 (a fixed --spin_us) or greater than --spin_us");
+  }
   if (qp_timeout > 31) return Bad("qp_timeout", "must be 0..31");
   if (qp_retry_cnt > 7) return Bad("qp_retry_cnt", "must be 0..7");
   if (generation == 0) return absl::InvalidArgumentError("generation must be >= 1");

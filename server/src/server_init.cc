@@ -302,6 +302,7 @@ absl::Status ServerImpl::InitRegistrationAndDataPlane() {
   dc.max_client_records = opt_.max_client_records;
   dc.use_windows = use_windows_;
   dc.spin_us = opt_.spin_us;
+  dc.spin_max_us = opt_.spin_max_us;
   dc.qp_timeout = static_cast<uint8_t>(opt_.qp_timeout);
   dc.qp_retry_cnt = static_cast<uint8_t>(opt_.qp_retry_cnt);
   dc.drain_timeout = std::min(absl::Seconds(2), opt_.shutdown_timeout);

@@ -93,6 +93,23 @@ TEST(ServerOptions, EachBadValueNamesItsFlag) {
     o.qp_retry_cnt = 8;
     ExpectRejected(o, "--qp_retry_cnt");
   }
+  {
+    ServerOptions o = Valid();
+    o.spin_max_us = 1000001;
+    ExpectRejected(o, "--spin_max_us");
+  }
+  {
+    ServerOptions o = Valid();
+    o.spin_us = 20;
+    o.spin_max_us = 20;  // would never adapt: a mistake, not a setting
+    ExpectRejected(o, "--spin_max_us");
+  }
+}
+
+TEST(ServerOptions, AdaptiveSpinBoundAboveTheFixedSpinIsValid) {
+  ServerOptions o = Valid();
+  o.spin_max_us = 200;
+  EXPECT_TRUE(o.Validate().ok());
 }
 
 TEST(ServerOptions, PortZeroAndIpv6Accepted) {

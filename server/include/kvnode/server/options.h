@@ -89,6 +89,14 @@ struct ServerOptions {
   // --spin_us. After activity the data-plane thread busy-polls its CQ this
   // long before sleeping on the completion channel. Default 20.
   uint32_t spin_us = 20;
+  // --spin_max_us. Adaptive busy polling: while requests arrive less than
+  // this long after the previous completion (a recent mean, e.g. a client
+  // with one request outstanding), the data thread spins up to this long
+  // (twice that mean, at least --spin_us) instead of --spin_us, so the next
+  // request finds it awake. Costs up to this much CPU per quiet spell while
+  // clients are active; an idle node still sleeps. 0 (default) or <= --spin_us:
+  // a fixed --spin_us. At most 1000000.
+  uint32_t spin_max_us = 0;
   // --qp_timeout. Local ACK timeout exponent of client QPs: 4.096 us *
   // 2^qp_timeout per try (the responses and window binds this node sends).
   // Default 12 (~16.8 ms), 0..31. Raise it where round trips jitter by more
