@@ -368,21 +368,24 @@ TEST(HandoffChannel, SessionTableOverThePayloadLimitCrossesInSessionsMessages) {
               SessionTable{table.next_client_id, {}},
               testing::SampleCounters(),
               static_cast<uint32_t>(chunks->size())};
+  // ~76 MB through a socket pair: seconds, and many more in a sanitizer build
+  // on a busy host. The deadline only bounds a hang.
+  const absl::Time deadline = absl::Now() + absl::Minutes(2);
   absl::Status sent;
   std::thread sender([&] {
     for (const Sessions& c : *chunks) {
-      sent = pair->parent.Send(c, Soon());
+      sent = pair->parent.Send(c, deadline);
       if (!sent.ok()) return;
     }
     const int fds[] = {1};
-    sent = pair->parent.Send(ho, fds, Soon());
+    sent = pair->parent.Send(ho, fds, deadline);
   });
   // new_side.cc's loop.
   std::vector<Sessions> received;
-  absl::StatusOr<ReceivedMessage> r = n->Receive(Soon());
+  absl::StatusOr<ReceivedMessage> r = n->Receive(deadline);
   while (r.ok() && std::holds_alternative<Sessions>(r->message)) {
     received.push_back(std::move(std::get<Sessions>(r->message)));
-    r = n->Receive(Soon());
+    r = n->Receive(deadline);
   }
   sender.join();
   ASSERT_TRUE(sent.ok()) << sent;
