@@ -37,9 +37,8 @@ client() {
   local t0=$SECONDS
   ran_long_enough() { ((SECONDS - t0 >= secs)); } # load duration, polled
   kv_wait_for $((secs + 5)) ran_long_enough
-  th_stop_load || { tail -20 "$KV_DIR/corrupt.log" >&2; kv_fail "kvload exited non-zero"; }
-  local out
-  out=$(th_check_report "$KV_DIR/corrupt.json") || { tail -20 "$KV_DIR/corrupt.log" >&2; kv_fail "kvload report: $out"; }
+  th_finish_load corrupt
+  local out=$TH_REPORT
   kv_ok "kvload under netem corrupt $rate, $secs s: $out"
   th_netem off
   th_audit corrupt

@@ -16,6 +16,9 @@
 #   th_get NAME                   its value
 #   th_start_node [flags]         (server) node on 0.0.0.0:0 advertising
 #                                 RXE_VM_ADDR; publishes "addr" and "token"
+#   th_start_upgradable_node [flags]
+#                                 (server) th_start_node with the binaries and
+#                                 flags of upgrade_lib.sh (up_upgrade works)
 #   th_connect_info               (client) waits for them: sets KV_ADDR KV_TOKEN
 #   th_netem SPEC...              tc qdisc netem SPEC on eth0 ("off" removes it)
 #   th_counters_begin / th_counters_report LABEL
@@ -25,6 +28,10 @@
 #                                 kvload's report: 0 verify errors and stale
 #                                 reads, 0 failed (or some); with the times,
 #                                 operations completed after T_UP; prints a line
+#   th_finish_load PREFIX [check args]
+#                                 stop the load, check its report (as above):
+#                                 the line in TH_REPORT; fails with the load's
+#                                 log tail
 TH_DIR=${TH_DIR:?TH_DIR must name the directory both guests share}
 TH_ROLE=${RXE_VM_ROLE:?run under deploy/rxe-vm --two-host}
 TH_NAME=$KV_TEST
@@ -59,6 +66,15 @@ th_start_node() {
   TH_ADDR=$RXE_VM_ADDR:${KV_ADDR##*:}
   (umask 077 && cp "$KV_TOKEN" "$TH_DIR/token")
   th_put addr "$TH_ADDR"
+}
+
+th_start_upgradable_node() {
+  local bins
+  bins=$(mktemp -d /tmp/kv-e2e-twohost-bins.XXXXXX)
+  up_make_builds "$bins"
+  KV_NODE_BIN=$bins/kvnode-a
+  th_start_node "${UP_NODE_FLAGS[@]}" "$@"
+  UP_FIRST_PID=$KV_PID
 }
 
 th_connect_info() {
@@ -155,6 +171,13 @@ th_stop_load() {
   wait "$LOAD_PID" || rc=$?
   LOAD_PID=""
   return "$rc"
+}
+th_finish_load() { # PREFIX [no_failed|expect_failed] [T_BASE_NS T_UP_NS]
+  local p=$1
+  shift
+  th_stop_load || { tail -20 "$KV_DIR/$p.log" >&2; kv_fail "$p: kvload exited non-zero"; }
+  TH_REPORT=$(th_check_report "$KV_DIR/$p.json" "$@") ||
+    { tail -20 "$KV_DIR/$p.log" >&2; kv_fail "$p: kvload report: $TH_REPORT"; }
 }
 th_audit() { # PREFIX
   local rc=0

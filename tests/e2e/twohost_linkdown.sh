@@ -66,9 +66,8 @@ client() {
     --duration 100000 --timeout_ms 10000 --progress=true
   outage short "$short"
   kv_log "short: stopping kvload"
-  th_stop_load || { tail -20 "$KV_DIR/short.log" >&2; kv_fail "short outage: kvload exited non-zero"; }
-  out=$(th_check_report "$KV_DIR/short.json" no_failed "$T_BASE" "$T_UP") ||
-    { tail -20 "$KV_DIR/short.log" >&2; kv_fail "short outage: $out"; }
+  th_finish_load short no_failed "$T_BASE" "$T_UP"
+  out=$TH_REPORT
   kv_ok "link down ${short}s (deadline 10 s): $out"
   th_audit short
   th_counters_report "link down ${short}s"

@@ -20,12 +20,8 @@ clients=4
 clients_are() { [[ $(kv_stat clients) == "$1" ]]; }
 
 server() {
-  local bins i
-  bins=$(mktemp -d /tmp/kv-e2e-twohost-bins.XXXXXX)
-  up_make_builds "$bins"
-  KV_NODE_BIN=$bins/kvnode-a
-  th_start_node "${UP_NODE_FLAGS[@]}"
-  UP_FIRST_PID=$KV_PID
+  local i
+  th_start_upgradable_node
   th_counters_begin
   th_netem "${spec[@]}"
   th_wait loaded 300
@@ -58,9 +54,8 @@ client() {
   # another party): polled like any condition.
   ran_long_enough() { ((SECONDS - t0 >= secs)); }
   kv_wait_for $((secs + 5)) ran_long_enough
-  th_stop_load || { tail -20 "$KV_DIR/netem.log" >&2; kv_fail "kvload exited non-zero"; }
-  local out
-  out=$(th_check_report "$KV_DIR/netem.json") || { tail -20 "$KV_DIR/netem.log" >&2; kv_fail "kvload report: $out"; }
+  th_finish_load netem
+  local out=$TH_REPORT
   kv_ok "kvload under netem (${spec[*]}), $((SECONDS - t0)) s, $n upgrades: $out"
   th_netem off
   th_audit netem

@@ -21,12 +21,8 @@ clients=4
 clients_are() { [[ $(kv_stat clients) == "$1" ]]; }
 
 server() {
-  local bins i how
-  bins=$(mktemp -d /tmp/kv-e2e-twohost-bins.XXXXXX)
-  up_make_builds "$bins"
-  KV_NODE_BIN=$bins/kvnode-a
-  th_start_node "${UP_NODE_FLAGS[@]}"
-  UP_FIRST_PID=$KV_PID
+  local i how
+  th_start_upgradable_node
   th_counters_begin
   th_wait loaded 300
   kv_wait_for 60 clients_are $clients || kv_fail "$clients clients did not connect: $(kv_stat clients)"
@@ -68,9 +64,8 @@ client() {
   kv_wait_for 240 th_preloaded up || kv_fail "kvload did not finish its preload"
   th_put loaded
   th_wait upgrades_done $((n * 150))
-  th_stop_load || { tail -20 "$KV_DIR/up.log" >&2; kv_fail "kvload exited non-zero"; }
-  local out
-  out=$(th_check_report "$KV_DIR/up.json") || { tail -20 "$KV_DIR/up.log" >&2; kv_fail "kvload report: $out"; }
+  th_finish_load up
+  local out=$TH_REPORT
   kv_ok "kvload across the link: $out"
   python3 - "$KV_DIR/up.json" "$clients" <<'PY' || kv_fail "report"
 import json, sys
