@@ -10,6 +10,7 @@
 #include "db_layout.h"
 #include "glog/logging.h"
 #include "index.h"
+#include "journal.h"
 #include "kvnode/storage/read_path.h"
 #include "rocksdb/db.h"
 #include "rocksdb/env.h"
@@ -47,6 +48,30 @@ absl::Status CheckKey(std::string_view key) {
 std::atomic_ref<uint64_t> HeaderWord(uint64_t& field) { return std::atomic_ref<uint64_t>(field); }
 
 }  // namespace
+
+// One write's mutations, built once for where it is made durable: a RocksDB
+// batch, or journal ops (by column family index) during the writer switch.
+struct WriteSet {
+  const std::vector<rocksdb::ColumnFamilyHandle*>* cfs = nullptr;  // null: journal
+  rocksdb::WriteBatch batch;
+  std::vector<JournalOp> ops;
+
+  void Put(uint8_t cf, std::string_view key, std::string_view value) {
+    if (cfs != nullptr) {
+      batch.Put((*cfs)[cf], rocksdb::Slice(key.data(), key.size()),
+                rocksdb::Slice(value.data(), value.size()));
+    } else {
+      ops.push_back(JournalOp{JournalOp::Kind::kPut, cf, std::string(key), std::string(value)});
+    }
+  }
+  void Delete(uint8_t cf, std::string_view key) {
+    if (cfs != nullptr) {
+      batch.Delete((*cfs)[cf], rocksdb::Slice(key.data(), key.size()));
+    } else {
+      ops.push_back(JournalOp{JournalOp::Kind::kDelete, cf, std::string(key), {}});
+    }
+  }
+};
 
 void SetCrashPointHookForTesting(CrashPointHook hook) { crash_point_hook.store(hook); }
 
@@ -92,6 +117,7 @@ ArenaOptions StoreOptions::arena_options() const {
 Store::Store(const StoreOptions& options) : options_(options) {}
 
 Store::~Store() {
+  if (absl::Status s = CloseReleasedDb(); !s.ok()) LOG(ERROR) << s;
   absl::MutexLock w(&write_mu_);
   absl::MutexLock d(&db_mu_);
   if (db_ != nullptr) {
@@ -152,29 +178,74 @@ absl::Status Store::WarmUpDbCode() {
   return FromRocks(WarmUpOnce(env.get(), "/kvnode-warm-up"), "warm-up of RocksDB (in memory)");
 }
 
-absl::Status Store::OpenRocksDb() {
-  rocksdb::DBOptions dbo = MakeDbOptions(options_.create_if_missing);
-  std::vector<rocksdb::ColumnFamilyDescriptor> descs = dblayout::ColumnFamilies();
-  std::vector<rocksdb::ColumnFamilyHandle*> handles;
-  rocksdb::DB* db = nullptr;
-  rocksdb::Status s = rocksdb::DB::Open(dbo, options_.db_path, descs, &handles, &db);
-  if (!s.ok()) return FromRocks(s, absl::StrCat("open database ", options_.db_path));
-  db_ = db;
-  cfs_ = handles;
-  return absl::OkStatus();
+namespace {
+
+absl::Status OpenRocksDbAt(const StoreOptions& o, rocksdb::DB** db,
+                           std::vector<rocksdb::ColumnFamilyHandle*>* cfs) {
+  rocksdb::Status s = rocksdb::DB::Open(MakeDbOptions(o.create_if_missing), o.db_path,
+                                        dblayout::ColumnFamilies(), cfs, db);
+  return FromRocks(s, absl::StrCat("open database ", o.db_path));
 }
+
+void CloseRocksDbHandles(const std::string& path, rocksdb::DB* db,
+                         std::vector<rocksdb::ColumnFamilyHandle*>* cfs) {
+  for (rocksdb::ColumnFamilyHandle* h : *cfs) {
+    rocksdb::Status s = db->DestroyColumnFamilyHandle(h);
+    if (!s.ok()) LOG(ERROR) << "destroy column family handle: " << s.ToString();
+  }
+  cfs->clear();
+  rocksdb::Status s = db->Close();
+  if (!s.ok()) LOG(ERROR) << "close database " << path << ": " << s.ToString();
+  delete db;
+}
+
+}  // namespace
+
+absl::Status Store::OpenRocksDb() { return OpenRocksDbAt(options_, &db_, &cfs_); }
 
 void Store::CloseRocksDb() {
   if (db_ == nullptr) return;
-  for (rocksdb::ColumnFamilyHandle* h : cfs_) {
-    rocksdb::Status s = db_->DestroyColumnFamilyHandle(h);
-    if (!s.ok()) LOG(ERROR) << "destroy column family handle: " << s.ToString();
-  }
-  cfs_.clear();
-  rocksdb::Status s = db_->Close();
-  if (!s.ok()) LOG(ERROR) << "close database " << options_.db_path << ": " << s.ToString();
-  delete db_;
+  CloseRocksDbHandles(options_.db_path, db_, &cfs_);
   db_ = nullptr;
+}
+
+absl::StatusOr<uint64_t> Store::ReplayJournal() {
+  const std::string path = WriteJournal::PathFor(options_.db_path);
+  absl::StatusOr<std::vector<std::vector<JournalOp>>> records = WriteJournal::ReadAll(path);
+  if (!records.ok()) return records.status();
+  if (!records->empty()) {
+    WriteSet w;
+    w.cfs = &cfs_;
+    for (const std::vector<JournalOp>& ops : *records) {
+      for (const JournalOp& op : ops) {
+        if (op.cf >= cfs_.size()) {
+          return absl::DataLossError(absl::StrCat(path, ": a write to column family ", op.cf));
+        }
+        if (op.kind == JournalOp::Kind::kPut) {
+          w.Put(op.cf, op.key, op.value);
+        } else {
+          w.Delete(op.cf, op.key);
+        }
+      }
+    }
+    rocksdb::WriteOptions wo;
+    wo.sync = true;
+    if (absl::Status s = FromRocks(db_->Write(wo, &w.batch), "replay the write journal"); !s.ok()) {
+      return s;
+    }
+    CrashPoint("journal.after_replay");
+  }
+  // Removed (and the removal synced) before RocksDB takes another write: a
+  // later replay of these records would undo it.
+  if (absl::Status s = WriteJournal::Remove(path); !s.ok()) return s;
+  journal_.reset();
+  prepared_journal_.reset();
+  if (!records->empty()) {
+    replayed_.fetch_add(records->size(), std::memory_order_relaxed);
+    LOG(INFO) << "store " << options_.db_path << ": replayed " << records->size()
+              << " journaled writes into RocksDB";
+  }
+  return records->size();
 }
 
 absl::Status Store::Rebuild() {
@@ -249,6 +320,8 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const StoreOptions& options) 
   absl::MutexLock w(&st.write_mu_);
   absl::MutexLock d(&st.db_mu_);
   if (absl::Status s = st.OpenRocksDb(); !s.ok()) return s;
+  absl::StatusOr<uint64_t> replayed = st.ReplayJournal();
+  if (!replayed.ok()) return replayed.status();
   uint64_t db_gen = 0;
   std::string v;
   rocksdb::Status rs = st.db_->Get(rocksdb::ReadOptions(), st.cfs_[1], kGenerationKey, &v);
@@ -266,6 +339,8 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const StoreOptions& options) 
     const uint64_t gen = HeaderWord(const_cast<uint64_t&>(h->generation)).load();
     if (clean != 1) {
       why = "it was not shut down cleanly";
+    } else if (*replayed > 0) {
+      why = "journaled writes were replayed into the database";
     } else if ((*arena)->HeapMayBeTorn()) {
       why = "a process died inside its heap allocator";
     } else if (gen != db_gen) {
@@ -332,18 +407,44 @@ absl::StatusOr<std::unique_ptr<Store>> Store::AttachLive(const StoreOptions& opt
 absl::StatusOr<uint64_t> Store::OpenRocksDbAgain() {
   if (db_ != nullptr) return absl::FailedPreconditionError("database already open");
   if (closed_) return absl::FailedPreconditionError("store closed");
-  if (absl::Status s = OpenRocksDb(); !s.ok()) return s;
+  {
+    absl::MutexLock r(&released_mu_);
+    if (released_db_ != nullptr) {
+      // Released by this process and not closed yet: take it back as it is.
+      db_ = std::exchange(released_db_, nullptr);
+      cfs_ = std::move(released_cfs_);
+      released_cfs_.clear();
+    }
+  }
+  if (db_ == nullptr) {
+    if (absl::Status s = OpenRocksDb(); !s.ok()) return s;
+  }
   std::string v;
   rocksdb::Status rs = db_->Get(rocksdb::ReadOptions(), cfs_[1], kGenerationKey, &v);
   return rs.ok() && v.size() == 8 ? LoadU64(v.data()) : 0;
 }
 
 absl::Status Store::OpenDb() {
+  // RocksDB's open (its WAL replay: the larger part of a handoff) runs
+  // without the write lock, so that journaled writes go on meanwhile.
+  rocksdb::DB* db = nullptr;
+  std::vector<rocksdb::ColumnFamilyHandle*> cfs;
+  if (absl::Status s = OpenRocksDbAt(options_, &db, &cfs); !s.ok()) return s;
   absl::MutexLock w(&write_mu_);
   absl::MutexLock d(&db_mu_);
-  absl::StatusOr<uint64_t> opened = OpenRocksDbAgain();
-  if (!opened.ok()) return opened.status();
-  const uint64_t db_gen = *opened;
+  if (db_ != nullptr || closed_) {
+    CloseRocksDbHandles(options_.db_path, db, &cfs);
+    return absl::FailedPreconditionError(closed_ ? "store closed" : "database already open");
+  }
+  db_ = db;
+  cfs_ = std::move(cfs);
+  std::string v;
+  rocksdb::Status rs = db_->Get(rocksdb::ReadOptions(), cfs_[1], kGenerationKey, &v);
+  if (!rs.ok() && !rs.IsNotFound()) {
+    CloseRocksDb();
+    return FromRocks(rs, "read arena generation");
+  }
+  const uint64_t db_gen = rs.ok() && v.size() == 8 ? LoadU64(v.data()) : 0;
   const uint64_t gen = HeaderWord(arena_->header()->generation).load();
   if (gen != db_gen) {
     CloseRocksDb();
@@ -351,7 +452,52 @@ absl::Status Store::OpenDb() {
         "arena ", arena_->path(), " has generation ", gen, " but database ", options_.db_path,
         " has ", db_gen, ": the arena does not reflect this database (use Open to rebuild)"));
   }
-  return BecomeWriter();
+  const uint64_t journaled_last = last_version_;
+  const bool was_journaling = journal_ != nullptr;
+  CrashPoint("journal.before_replay");
+  if (absl::StatusOr<uint64_t> r = ReplayJournal(); !r.ok()) {
+    CloseRocksDb();  // the journal stays: the next writer replays it
+    return r.status();
+  }
+  absl::Status s = BecomeWriter();
+  if (s.ok() && was_journaling && last_version_ != journaled_last) {
+    LOG(ERROR) << "store " << options_.db_path << ": version " << last_version_
+               << " in the database after the journal's replay, " << journaled_last << " journaled";
+  }
+  return s;
+}
+
+absl::Status Store::PrepareJournal() {
+  absl::StatusOr<std::unique_ptr<WriteJournal>> j =
+      WriteJournal::Create(WriteJournal::PathFor(options_.db_path), options_.journal_bytes);
+  if (!j.ok()) return j.status();
+  absl::MutexLock w(&write_mu_);
+  prepared_journal_ = std::move(*j);
+  return absl::OkStatus();
+}
+
+absl::Status Store::BecomeJournalWriter(uint64_t last_version) {
+  absl::MutexLock w(&write_mu_);
+  absl::ReaderMutexLock d(&db_mu_);
+  if (db_ != nullptr) return absl::FailedPreconditionError("the database is open here");
+  if (prepared_journal_ == nullptr) return absl::FailedPreconditionError("no journal prepared");
+  if (absl::Status s = CheckHeap(); !s.ok()) return s;
+  // The old writer may have died between RocksDB and the arena: it cannot
+  // be reconciled without RocksDB, so it is refused like a torn heap.
+  if (HeaderWord(arena_->header()->intent.state).load(std::memory_order_acquire) != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("arena ", arena_->path(), ": the old writer left a write intent pending"));
+  }
+  journal_ = std::move(prepared_journal_);
+  last_version_ = last_version;
+  LOG(INFO) << "store " << options_.db_path << ": writer by journal " << journal_->path()
+            << " from version " << last_version;
+  return absl::OkStatus();
+}
+
+uint64_t Store::last_version() {
+  absl::MutexLock w(&write_mu_);
+  return last_version_;
 }
 
 absl::Status Store::FlushDb() {
@@ -362,17 +508,32 @@ absl::Status Store::FlushDb() {
   return FromRocks(db_->Flush(fo, cfs_), "flush database");
 }
 
-absl::Status Store::CloseDbForHandoff() {
+absl::Status Store::ReleaseDbForHandoff() {
   absl::MutexLock w(&write_mu_);
   absl::MutexLock d(&db_mu_);
   if (db_ == nullptr) return absl::FailedPreconditionError("database not open");
+  absl::MutexLock r(&released_mu_);
+  released_db_ = std::exchange(db_, nullptr);
+  released_cfs_ = std::move(cfs_);
+  cfs_.clear();
+  return absl::OkStatus();
+}
+
+absl::Status Store::CloseReleasedDb() {
+  absl::MutexLock r(&released_mu_);
+  if (released_db_ == nullptr) return absl::OkStatus();
   // No flush here: the caller pre-flushed while writes still flowed; the few
   // writes since are in the WAL (in the OS's page cache even without
   // sync_writes), which the next open replays into its memtable
-  // (avoid_flush_during_recovery). Writing them into an L0 file now would
-  // lengthen the write pause of a live upgrade.
-  CloseRocksDb();
+  // (avoid_flush_during_recovery).
+  CloseRocksDbHandles(options_.db_path, released_db_, &released_cfs_);
+  released_db_ = nullptr;
   return absl::OkStatus();
+}
+
+absl::Status Store::CloseDbForHandoff() {
+  if (absl::Status s = ReleaseDbForHandoff(); !s.ok()) return s;
+  return CloseReleasedDb();
 }
 
 absl::Status Store::ReopenDbAfterFailedHandoff() {
@@ -380,6 +541,16 @@ absl::Status Store::ReopenDbAfterFailedHandoff() {
   absl::MutexLock d(&db_mu_);
   absl::StatusOr<uint64_t> db_gen = OpenRocksDbAgain();
   if (!db_gen.ok()) return db_gen.status();
+  absl::StatusOr<std::vector<std::vector<JournalOp>>> journaled =
+      WriteJournal::ReadAll(WriteJournal::PathFor(options_.db_path));
+  if (!journaled.ok() || !journaled->empty()) {
+    CloseRocksDb();
+    if (!journaled.ok()) return journaled.status();
+    return absl::FailedPreconditionError(
+        absl::StrCat("the new process journaled ", journaled->size(),
+                     " writes it may have acknowledged: not resuming (the next start replays "
+                     "them)"));
+  }
   if (*db_gen != claimed_generation_) {
     // Another process claimed the database after this one. If it wrote, it
     // may have acknowledged those writes (and its clients' dedupe state is not
@@ -452,6 +623,11 @@ absl::Status Store::ReconcileIntent() {
         "arena ", arena_->path(), ": a pending write intent with a key of ", len,
         " bytes: the arena cannot be trusted; a cold start rebuilds it from ", options_.db_path));
   }
+  if (db_ == nullptr) {
+    // A journal append that failed: whether it reached the disk is known
+    // when the journal is replayed; the reconciliation waits for RocksDB.
+    return absl::UnavailableError("a failed write is reconciled once RocksDB is open here");
+  }
   const std::string key(in.key, len);
   GetResult cur;
   absl::StatusOr<bool> has = ReadFromDb(key, &cur);
@@ -515,13 +691,32 @@ absl::StatusOr<bool> Store::ReadFromDb(std::string_view key, GetResult* out) {
 // (when the index cannot rule it out) in RocksDB. The answer decides the
 // index's live count and goes into the dedupe side record.
 absl::StatusOr<bool> Store::ExistsForWrite(std::string_view key) {
-  if (db_ == nullptr) {
+  if (db_ == nullptr && journal_ == nullptr) {
     return absl::FailedPreconditionError("not the writer: database not open in this process");
   }
   const IndexWriter::Probe p = index_->Find(key);
   if (p.resident_slot != 0) return true;
   if (!p.maybe_nonresident()) return false;
+  if (db_ == nullptr) {
+    return absl::UnavailableError(
+        "whether the key exists is known to RocksDB only, which is changing hands");
+  }
   return DbContains(key);
+}
+
+absl::Status Store::Commit(WriteSet& w) {
+  if (db_ != nullptr) {
+    rocksdb::WriteOptions wo;
+    wo.sync = options_.sync_writes;
+    return FromRocks(db_->Write(wo, &w.batch), "write");
+  }
+  if (absl::Status s = journal_->Append(w.ops, options_.sync_writes); !s.ok()) {
+    // A full journal: the write waits for RocksDB like a paused one.
+    if (absl::IsResourceExhausted(s)) return absl::UnavailableError(s.message());
+    return s;
+  }
+  journaled_.fetch_add(1, std::memory_order_relaxed);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<uint64_t> Store::Put(std::string_view key, std::string_view value,
@@ -543,25 +738,28 @@ absl::StatusOr<uint64_t> Store::Put(std::string_view key, std::string_view value
   const uint64_t version = last_version_ + 1;
   std::string record = U64(version);
   record.append(value.data(), value.size());
-  rocksdb::WriteBatch batch;
-  batch.Put(cfs_[0], rocksdb::Slice(key.data(), key.size()), record);
-  batch.Put(cfs_[1], kLastVersionKey, U64(version));
-  if (!generation_written_) batch.Put(cfs_[1], kWrittenGenerationKey, U64(claimed_generation_));
-  if (side != nullptr) {
-    batch.Put(cfs_[1], absl::StrCat(kSidePrefix, side->key), side->value({version, existed}));
+  WriteSet ws;
+  if (db_ != nullptr) ws.cfs = &cfs_;
+  ws.Put(0, key, record);
+  ws.Put(1, kLastVersionKey, U64(version));
+  // The written generation records a claim's first write in RocksDB; a
+  // journal writer has not claimed (its replay is followed by its claim).
+  if (!generation_written_ && db_ != nullptr) {
+    ws.Put(1, kWrittenGenerationKey, U64(claimed_generation_));
   }
-  rocksdb::WriteOptions wo;
-  wo.sync = options_.sync_writes;
+  if (side != nullptr) {
+    ws.Put(1, absl::StrCat(kSidePrefix, side->key), side->value({version, existed}));
+  }
   if (absl::Status s = BeginIntent(key, existed); !s.ok()) return s;
   CrashPoint("write.before_db");
-  if (absl::Status s = FromRocks(db_->Write(wo, &batch), "put"); !s.ok()) {
+  if (absl::Status s = Commit(ws); !s.ok()) {
     // The write may still have reached the WAL: show what RocksDB holds.
     if (absl::Status r = ReconcileIntent(); !r.ok()) LOG(ERROR) << "after a failed put: " << r;
     return s;
   }
   CrashPoint("write.after_db");
   last_version_ = version;
-  generation_written_ = true;
+  if (db_ != nullptr) generation_written_ = true;
   {
     absl::MutexLock a(&arena_mu_);
     index_->Upsert(key, value, version, existed, /*allow_evict=*/true);
@@ -579,22 +777,23 @@ absl::Status Store::Delete(std::string_view key, const SideRecord* side) {
   absl::StatusOr<bool> has = ExistsForWrite(key);
   if (!has.ok()) return has.status();
   const bool existed = *has;
-  rocksdb::WriteBatch batch;
-  batch.Delete(cfs_[0], rocksdb::Slice(key.data(), key.size()));
-  if (!generation_written_) batch.Put(cfs_[1], kWrittenGenerationKey, U64(claimed_generation_));
-  if (side != nullptr) {
-    batch.Put(cfs_[1], absl::StrCat(kSidePrefix, side->key), side->value({0, existed}));
+  WriteSet ws;
+  if (db_ != nullptr) ws.cfs = &cfs_;
+  ws.Delete(0, key);
+  if (!generation_written_ && db_ != nullptr) {
+    ws.Put(1, kWrittenGenerationKey, U64(claimed_generation_));
   }
-  rocksdb::WriteOptions wo;
-  wo.sync = options_.sync_writes;
+  if (side != nullptr) {
+    ws.Put(1, absl::StrCat(kSidePrefix, side->key), side->value({0, existed}));
+  }
   if (absl::Status s = BeginIntent(key, existed); !s.ok()) return s;
   CrashPoint("write.before_db");
-  if (absl::Status s = FromRocks(db_->Write(wo, &batch), "delete"); !s.ok()) {
+  if (absl::Status s = Commit(ws); !s.ok()) {
     if (absl::Status r = ReconcileIntent(); !r.ok()) LOG(ERROR) << "after a failed delete: " << r;
     return s;
   }
   CrashPoint("write.after_db");
-  generation_written_ = true;
+  if (db_ != nullptr) generation_written_ = true;
   {
     absl::MutexLock a(&arena_mu_);
     index_->Remove(key, existed);
@@ -746,6 +945,8 @@ StoreStats Store::stats() const {
   s.gets_missing = gets_missing_.load(std::memory_order_relaxed);
   s.promotions = promotions_.load(std::memory_order_relaxed);
   s.rebuilt_keys = rebuilt_keys_;
+  s.journaled = journaled_.load(std::memory_order_relaxed);
+  s.replayed = replayed_.load(std::memory_order_relaxed);
   return s;
 }
 

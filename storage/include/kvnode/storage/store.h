@@ -19,14 +19,24 @@
 // Live upgrade (old process O, new process N, both alive):
 //   N: AttachLive()          maps the arena, validates it, reads nothing else;
 //                            N can register it and serve Get from the arena.
+//   N: PrepareJournal()      creates the write journal (journal.h), off the
+//                            write path
 //   O: FlushDb()             optional pre-flush while still serving writes
-//   O: CloseDbForHandoff()   stops writes, closes RocksDB (no flush); the arena
-//                            stays mapped, readable and NOT marked clean or lost
-//   N: OpenDb()              opens RocksDB, checks the generations agree, and
-//                            becomes the writer
+//   O: ReleaseDbForHandoff() stops writes and every use of RocksDB here; the
+//                            database stays open (its LOCK held) until
+//                            CloseReleasedDb(); the arena stays mapped, readable
+//                            and NOT marked clean or lost
+//   N: BecomeJournalWriter() the writer switch: N is the arena's only writer and
+//                            makes each write durable in the journal
+//   O: CloseReleasedDb()     closes RocksDB (no flush)
+//   N: OpenDb()              opens RocksDB (journal writes go on meanwhile),
+//                            replays the journal, removes it, and writes go to
+//                            RocksDB again
 //   O: destroys its Store    (unmaps only). On a failed handoff, once N is dead
 //                            (fenced): O: ReopenDbAfterFailedHandoff(), which
 //                            refuses when N may have acknowledged a write.
+// Every writer's start (Open, OpenDb, ReopenDbAfterFailedHandoff) replays a
+// journal left behind before anything else touches RocksDB.
 // Crash of a writer at any point of a write: the arena's write intent names
 // the key (arena.h); whoever becomes the writer next (OpenDb, the reopen after
 // a failed handoff, Open of a clean arena) re-reads that key from RocksDB and
@@ -61,6 +71,8 @@ class ColumnFamilyHandle;
 namespace kvnode::storage {
 
 class IndexWriter;
+class WriteJournal;
+struct WriteSet;
 
 struct StoreOptions {
   // RocksDB directory (required). Created if missing when create_if_missing.
@@ -100,6 +112,9 @@ struct StoreOptions {
   uint64_t reuse_grace_us = 50000;
   // A Get served from RocksDB brings the key back into the arena (may evict).
   bool promote_on_get = true;
+  // Size of the write journal of a live upgrade (zero-filled when created):
+  // a write that does not fit waits (Unavailable) for RocksDB.
+  uint64_t journal_bytes = uint64_t{32} << 20;
 
   [[nodiscard]] absl::Status Validate() const;
   ArenaOptions arena_options() const;
@@ -123,6 +138,8 @@ struct StoreStats {
   uint64_t puts = 0, deletes = 0;
   uint64_t gets_arena = 0, gets_db = 0, gets_missing = 0, promotions = 0;
   uint64_t rebuilt_keys = 0;  // keys loaded by the rebuild at Open (0 if none)
+  uint64_t journaled = 0;     // writes made durable in the write journal
+  uint64_t replayed = 0;      // journaled writes replayed into RocksDB
 };
 
 // What a Put or Delete did, for a SideRecord's value.
@@ -167,18 +184,37 @@ class Store {
   // it) and takes over as the writer. Fails with FailedPrecondition when the
   // arena's generation is not the database's.
   [[nodiscard]] absl::Status OpenDb();
+  // Live upgrade, new side, before the writer switch: creates the write
+  // journal (WriteJournal::Create, zero-filled to journal_bytes).
+  [[nodiscard]] absl::Status PrepareJournal();
+  // Live upgrade, new side, at the writer switch (the old side released the
+  // database): this process becomes the arena's only writer, versions go on
+  // from `last_version` (the old writer's last), and each write is made
+  // durable in the journal until OpenDb. A write whose key's existence only
+  // RocksDB knows (a lossy index chain) is Unavailable until then, as is a
+  // Get of a key not resident in the arena.
+  [[nodiscard]] absl::Status BecomeJournalWriter(uint64_t last_version);
   // Flushes the memtable (makes the next open fast).
   [[nodiscard]] absl::Status FlushDb();
-  // Live upgrade, old side: waits for in-flight writes, refuses new ones,
-  // closes RocksDB without a flush (FlushDb before, while writes flow; the
-  // rest is in the WAL). The arena stays mapped and readable.
+  // Live upgrade, old side: waits for in-flight writes, refuses new ones and
+  // every later use of RocksDB by this process (Get of a non-resident key is
+  // Unavailable), but keeps the database open (fast; a failed handoff takes
+  // it back without an open). The arena stays mapped and readable.
+  [[nodiscard]] absl::Status ReleaseDbForHandoff();
+  // Closes the database ReleaseDbForHandoff kept open, without a flush
+  // (FlushDb before, while writes flow; the rest is in the WAL). OK if none.
+  [[nodiscard]] absl::Status CloseReleasedDb();
+  // ReleaseDbForHandoff, then CloseReleasedDb.
   [[nodiscard]] absl::Status CloseDbForHandoff();
-  // Old side, after a failed handoff, with the new side dead. Opens RocksDB
-  // again and becomes the writer under a new generation, with the version
-  // counter reloaded. Refuses (FailedPrecondition, database closed again)
-  // when another process claimed the database and wrote to it since this one
-  // did (it may have acknowledged those writes), or when the arena's heap was
-  // left torn: the caller must then not resume writes.
+  // The version of the last write (the writer switch passes it on).
+  uint64_t last_version();
+  // Old side, after a failed handoff, with the new side dead. Takes the
+  // released database back (or opens it again) and becomes the writer under a
+  // new generation, with the version counter reloaded. Refuses
+  // (FailedPrecondition, database closed again) when another process claimed
+  // the database and wrote to it since this one did, or left journaled
+  // writes (it may have acknowledged those writes), or when the arena's heap
+  // was left torn: the caller must then not resume writes.
   [[nodiscard]] absl::Status ReopenDbAfterFailedHandoff();
   // Clean shutdown: closes RocksDB, then marks the arena clean.
   [[nodiscard]] absl::Status Close();
@@ -222,6 +258,13 @@ class Store {
   explicit Store(const StoreOptions& options);
   absl::Status OpenRocksDb() ABSL_EXCLUSIVE_LOCKS_REQUIRED(db_mu_);
   void CloseRocksDb() ABSL_EXCLUSIVE_LOCKS_REQUIRED(db_mu_);
+  // Writes every record of a journal left in the database directory into
+  // RocksDB (one synced batch) and removes it; returns how many.
+  absl::StatusOr<uint64_t> ReplayJournal() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_, db_mu_);
+  // Makes one write's mutations durable: RocksDB, or the journal during the
+  // writer switch.
+  absl::Status Commit(WriteSet& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_)
+      ABSL_SHARED_LOCKS_REQUIRED(db_mu_);
   // OpenRocksDb in a store that has its arena (OpenDb, ReopenDbAfterFailedHandoff);
   // returns the generation the database records (0: none).
   absl::StatusOr<uint64_t> OpenRocksDbAgain() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_, db_mu_);
@@ -247,7 +290,7 @@ class Store {
   void Promote(std::string_view key);
 
   const StoreOptions options_;
-  // Lock order: write_mu_, then db_mu_, then arena_mu_.
+  // Lock order: write_mu_, then db_mu_, then released_mu_ or arena_mu_.
   absl::Mutex write_mu_;                // the single writer
   mutable absl::Mutex db_mu_;           // db_ lifetime (shared: use, exclusive: open/close)
   mutable absl::Mutex arena_mu_;        // index words (shared: Get, exclusive: publish)
@@ -255,6 +298,16 @@ class Store {
   std::unique_ptr<IndexWriter> index_;  // ditto
   rocksdb::DB* db_ ABSL_GUARDED_BY(db_mu_) = nullptr;
   std::vector<rocksdb::ColumnFamilyHandle*> cfs_ ABSL_GUARDED_BY(db_mu_);  // data, meta
+  // The database ReleaseDbForHandoff kept open for CloseReleasedDb or a
+  // failed handoff (guarded by its own mutex: closing takes long and must not
+  // hold up readers, which see db_ == nullptr meanwhile).
+  absl::Mutex released_mu_;
+  rocksdb::DB* released_db_ ABSL_GUARDED_BY(released_mu_) = nullptr;
+  std::vector<rocksdb::ColumnFamilyHandle*> released_cfs_ ABSL_GUARDED_BY(released_mu_);
+  // PrepareJournal's journal; BecomeJournalWriter makes it the write path
+  // (journal_), OpenDb replays and drops it.
+  std::unique_ptr<WriteJournal> prepared_journal_ ABSL_GUARDED_BY(write_mu_);
+  std::unique_ptr<WriteJournal> journal_ ABSL_GUARDED_BY(write_mu_);
   uint64_t last_version_ ABSL_GUARDED_BY(write_mu_) = 0;
   // The generation this process claimed (0: none), and whether a write under
   // it is in RocksDB yet (the first one records it: kWrittenGenerationKey).
@@ -264,7 +317,7 @@ class Store {
   OpenedAs opened_as_ = OpenedAs::kCreated;
   uint64_t rebuilt_keys_ = 0;
   mutable std::atomic<uint64_t> puts_{0}, deletes_{0}, gets_arena_{0}, gets_db_{0},
-      gets_missing_{0}, promotions_{0};
+      gets_missing_{0}, promotions_{0}, journaled_{0}, replayed_{0};
 };
 
 const char* OpenedAsName(Store::OpenedAs a);

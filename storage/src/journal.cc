@@ -1,0 +1,194 @@
+#include "journal.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "kvnode/base/errno.h"
+#include "kvnode/storage/format.h"
+#include "kvnode/storage/limits.h"
+
+namespace kvnode::storage {
+namespace {
+
+constexpr char kMagic[8] = {'K', 'V', 'J', 'R', 'N', 'L', '0', '1'};
+constexpr size_t kRecordHeader = 16;  // u32 size, u32 0, u64 checksum
+constexpr size_t kOpHeader = 12;      // u8 kind, u8 cf, u16 0, u32 key size, u32 value size
+// A write is a value, its version record, a side record and the written
+// generation: a few ops, each bounded by the store's limits.
+constexpr size_t kMaxOps = 16;
+constexpr size_t kMaxOpBytes = kOpHeader + 4096 + kMaxValueSize + 64;
+
+std::string DirOf(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+absl::Status SyncDir(const std::string& path) {
+  base::UniqueFd dir(::open(DirOf(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dir.valid()) return base::ErrnoStatus(errno, absl::StrCat("open directory of ", path));
+  if (::fsync(dir.get()) != 0) return base::ErrnoStatus(errno, "fsync the journal's directory");
+  return absl::OkStatus();
+}
+
+absl::Status WriteAll(int fd, const char* p, size_t n, uint64_t off, const std::string& path) {
+  while (n > 0) {
+    const ssize_t w = ::pwrite(fd, p, n, static_cast<off_t>(off));
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return base::ErrnoStatus(w < 0 ? errno : EIO, absl::StrCat("write ", path));
+    p += w;
+    n -= static_cast<size_t>(w);
+    off += static_cast<uint64_t>(w);
+  }
+  return absl::OkStatus();
+}
+
+// Decodes one record's payload; false when it is malformed.
+bool DecodePayload(const char* p, size_t n, std::vector<JournalOp>* ops) {
+  if (n < 4) return false;
+  const uint32_t count = LoadU32(p);
+  if (count == 0 || count > kMaxOps) return false;
+  size_t at = 4;
+  for (uint32_t i = 0; i < count; ++i) {
+    if (n - at < kOpHeader) return false;
+    JournalOp op;
+    const uint8_t kind = static_cast<uint8_t>(p[at]);
+    if (kind != 1 && kind != 2) return false;
+    op.kind = static_cast<JournalOp::Kind>(kind);
+    op.cf = static_cast<uint8_t>(p[at + 1]);
+    const uint32_t ks = LoadU32(p + at + 4);
+    const uint32_t vs = LoadU32(p + at + 8);
+    at += kOpHeader;
+    if (n - at < uint64_t{ks} + vs) return false;
+    op.key.assign(p + at, ks);
+    op.value.assign(p + at + ks, vs);
+    at += ks + vs;
+    ops->push_back(std::move(op));
+  }
+  return at == n;
+}
+
+}  // namespace
+
+std::string WriteJournal::PathFor(const std::string& db_path) {
+  return absl::StrCat(db_path, "/kvnode-writes.journal");
+}
+
+absl::StatusOr<std::unique_ptr<WriteJournal>> WriteJournal::Create(const std::string& path,
+                                                                   uint64_t bytes) {
+  if (bytes < kHeaderSize + kRecordHeader + kMaxOpBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("journal of ", bytes, " bytes cannot hold one largest write"));
+  }
+  absl::StatusOr<std::vector<std::vector<JournalOp>>> old = ReadAll(path);
+  if (!old.ok()) return old.status();
+  if (!old->empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        path, " holds ", old->size(), " journaled writes that were never replayed into RocksDB"));
+  }
+  base::UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+  if (!fd.valid()) return base::ErrnoStatus(errno, absl::StrCat("create ", path));
+  // Zeros first, the header last: a crash while filling leaves no journal.
+  const std::string zeros(size_t{1} << 20, '\0');
+  for (uint64_t off = 0; off < bytes; off += zeros.size()) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(zeros.size(), bytes - off));
+    if (absl::Status s = WriteAll(fd.get(), zeros.data(), n, off, path); !s.ok()) return s;
+  }
+  char header[kHeaderSize] = {};
+  std::memcpy(header, kMagic, sizeof(kMagic));
+  if (absl::Status s = WriteAll(fd.get(), header, sizeof(header), 0, path); !s.ok()) return s;
+  if (::fsync(fd.get()) != 0) return base::ErrnoStatus(errno, absl::StrCat("fsync ", path));
+  if (absl::Status s = SyncDir(path); !s.ok()) return s;
+  return std::unique_ptr<WriteJournal>(new WriteJournal(path, std::move(fd), bytes));
+}
+
+absl::Status WriteJournal::Append(std::span<const JournalOp> ops, bool sync) {
+  if (ops.empty() || ops.size() > kMaxOps) {
+    return absl::InvalidArgumentError(absl::StrCat("a journal record of ", ops.size(), " ops"));
+  }
+  buf_.assign(kRecordHeader + 4, '\0');
+  StoreU32(buf_.data() + kRecordHeader, static_cast<uint32_t>(ops.size()));
+  for (const JournalOp& op : ops) {
+    char h[kOpHeader] = {};
+    h[0] = static_cast<char>(op.kind);
+    h[1] = static_cast<char>(op.cf);
+    StoreU32(h + 4, static_cast<uint32_t>(op.key.size()));
+    StoreU32(h + 8, static_cast<uint32_t>(op.value.size()));
+    buf_.append(h, sizeof(h));
+    buf_.append(op.key);
+    buf_.append(op.value);
+  }
+  const size_t payload = buf_.size() - kRecordHeader;
+  if (end_ + buf_.size() > size_) {
+    return absl::ResourceExhaustedError(absl::StrCat("the write journal ", path_, " is full (",
+                                                     size_, " bytes, ", records_, " writes)"));
+  }
+  StoreU32(buf_.data(), static_cast<uint32_t>(payload));
+  StoreU64(buf_.data() + 8, XXH3_64bits(buf_.data() + kRecordHeader, payload));
+  if (absl::Status s = WriteAll(fd_.get(), buf_.data(), buf_.size(), end_, path_); !s.ok()) {
+    return s;
+  }
+  if (sync && ::fdatasync(fd_.get()) != 0) {
+    return base::ErrnoStatus(errno, absl::StrCat("fdatasync ", path_));
+  }
+  end_ += buf_.size();
+  ++records_;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::vector<JournalOp>>> WriteJournal::ReadAll(const std::string& path) {
+  std::vector<std::vector<JournalOp>> out;
+  base::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) {
+    if (errno == ENOENT) return out;
+    return base::ErrnoStatus(errno, absl::StrCat("open ", path));
+  }
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return base::ErrnoStatus(errno, absl::StrCat("stat ", path));
+  std::string data(static_cast<size_t>(st.st_size), '\0');
+  size_t got = 0;
+  while (got < data.size()) {
+    const ssize_t r =
+        ::pread(fd.get(), data.data() + got, data.size() - got, static_cast<off_t>(got));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return base::ErrnoStatus(errno, absl::StrCat("read ", path));
+    if (r == 0) break;
+    got += static_cast<size_t>(r);
+  }
+  data.resize(got);
+  // A file cut short before its header was written (a crash while creating
+  // it) holds no write.
+  if (data.size() < kHeaderSize || std::memcmp(data.data(), kMagic, sizeof(kMagic)) != 0) {
+    if (std::all_of(data.begin(), data.end(), [](char c) { return c == 0; })) return out;
+    return absl::DataLossError(absl::StrCat(path, " is not a kvnode write journal"));
+  }
+  size_t at = kHeaderSize;
+  while (data.size() - at >= kRecordHeader) {
+    const uint32_t n = LoadU32(data.data() + at);
+    if (n == 0 || data.size() - at - kRecordHeader < n) break;
+    const char* payload = data.data() + at + kRecordHeader;
+    if (XXH3_64bits(payload, n) != LoadU64(data.data() + at + 8)) break;
+    std::vector<JournalOp> ops;
+    if (!DecodePayload(payload, n, &ops)) break;
+    out.push_back(std::move(ops));
+    at += kRecordHeader + n;
+  }
+  return out;
+}
+
+absl::Status WriteJournal::Remove(const std::string& path) {
+  if (::unlink(path.c_str()) != 0) {
+    if (errno == ENOENT) return absl::OkStatus();
+    return base::ErrnoStatus(errno, absl::StrCat("remove ", path));
+  }
+  return SyncDir(path);
+}
+
+}  // namespace kvnode::storage

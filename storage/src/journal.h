@@ -1,0 +1,92 @@
+// The write journal: where a new process makes writes durable during a live
+// upgrade while RocksDB changes hands (docs/upgrade.md "The writer switch").
+//
+// A file in the database directory, zero-filled to its full size when it is
+// created (before the writer switch), so that an append overwrites allocated
+// blocks and its fdatasync has no file size or extent to record. Each record
+// is the RocksDB batch one write would have written, as a list of puts and
+// deletes by column family index. Layout (little-endian, docs/format.md):
+//
+//   file    "KVJRNL01" u64 0 | record* | zeros
+//   record  u32 payload_size (> 0) | u32 0 | u64 XXH3(payload) | payload
+//   payload u32 op_count | op*
+//   op      u8 kind (1 put, 2 delete) | u8 cf | u16 0 | u32 key_size |
+//           u32 value_size | key | value
+//
+// A record is acknowledged only after its append returned, so a torn tail
+// (a crash inside an append: size past the end, or a checksum mismatch) was
+// never acknowledged: reading stops there.
+//
+// Replay order (store.cc): every start of a writer reads the journal, writes
+// all its records into RocksDB as one synced batch, then removes the file
+// (and syncs the directory) before RocksDB takes any other write. Replaying
+// the same records twice (a crash between the batch and the removal) writes
+// the same values again, so it is harmless; replaying them after a newer
+// write would not be, hence the order.
+//
+// Thread safety: a WriteJournal is used by the store's single writer only.
+#ifndef KVNODE_STORAGE_SRC_JOURNAL_H_
+#define KVNODE_STORAGE_SRC_JOURNAL_H_
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kvnode/base/unique_fd.h"
+
+namespace kvnode::storage {
+
+struct JournalOp {
+  enum class Kind : uint8_t { kPut = 1, kDelete = 2 };
+  Kind kind = Kind::kPut;
+  uint8_t cf = 0;  // index into the store's column families (db_layout.h)
+  std::string key;
+  std::string value;  // empty for a delete
+  friend bool operator==(const JournalOp&, const JournalOp&) = default;
+};
+
+class WriteJournal {
+ public:
+  // The journal of the database at db_path.
+  static std::string PathFor(const std::string& db_path);
+
+  // Creates the journal at `path`, `bytes` long (zero-filled, synced, and the
+  // directory synced). Replaces a journal without records (one left by a new
+  // process that never took writes); FailedPrecondition when the file there
+  // holds records (they must be replayed first).
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<WriteJournal>> Create(const std::string& path,
+                                                                            uint64_t bytes);
+
+  // Appends one write's ops as one record; with `sync`, returns after
+  // fdatasync. ResourceExhausted when the record does not fit.
+  [[nodiscard]] absl::Status Append(std::span<const JournalOp> ops, bool sync);
+  uint64_t records() const { return records_; }
+  const std::string& path() const { return path_; }
+
+  // Every whole record of the journal at `path`, in order; empty when there
+  // is no file. DataLoss for a file that is not a journal.
+  [[nodiscard]] static absl::StatusOr<std::vector<std::vector<JournalOp>>> ReadAll(
+      const std::string& path);
+  // Removes the journal and syncs the directory. OK when there is none.
+  [[nodiscard]] static absl::Status Remove(const std::string& path);
+
+ private:
+  WriteJournal(std::string path, base::UniqueFd fd, uint64_t size)
+      : path_(std::move(path)), fd_(std::move(fd)), size_(size), end_(kHeaderSize) {}
+  static constexpr uint64_t kHeaderSize = 16;
+
+  std::string path_;
+  base::UniqueFd fd_;
+  uint64_t size_;
+  uint64_t end_;  // offset of the next record
+  uint64_t records_ = 0;
+  std::string buf_;  // reused by Append
+};
+
+}  // namespace kvnode::storage
+
+#endif  // KVNODE_STORAGE_SRC_JOURNAL_H_

@@ -1,0 +1,274 @@
+// The write journal (journal.h) and the writer switch of a live upgrade in the
+// store: the new side journals writes while RocksDB changes hands, replays
+// them when it opens RocksDB, and every start replays a journal left behind;
+// a process killed while journaling (a real child process, SIGKILL) loses no
+// acknowledged write and applies none twice.
+#include "journal.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "child_process.h"
+#include "kvnode/storage/store.h"
+#include "test_util.h"
+
+namespace kvnode::storage {
+namespace {
+
+using testing::TempStore;
+
+std::string Key(int i) { return "key-" + std::to_string(i); }
+std::string Value(int i, const char* tag) { return std::string(tag) + "-" + std::to_string(i); }
+
+std::vector<JournalOp> OneWrite(int i) {
+  return {JournalOp{JournalOp::Kind::kPut, 0, Key(i), Value(i, "v")},
+          JournalOp{JournalOp::Kind::kDelete, 1, "side/" + Key(i), {}}};
+}
+
+bool Exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+TEST(WriteJournalTest, RecordsReadBackInOrder) {
+  TempStore t;
+  const std::string path = (t.dir() / "journal").string();
+  auto j = WriteJournal::Create(path, 4 << 20);
+  ASSERT_TRUE(j.ok()) << j.status();
+  for (int i = 0; i < 100; ++i) ASSERT_TRUE((*j)->Append(OneWrite(i), /*sync=*/i % 10 == 0).ok());
+  EXPECT_EQ((*j)->records(), 100u);
+  auto read = WriteJournal::ReadAll(path);
+  ASSERT_TRUE(read.ok()) << read.status();
+  ASSERT_EQ(read->size(), 100u);
+  for (int i = 0; i < 100; ++i) EXPECT_EQ((*read)[i], OneWrite(i)) << i;
+  ASSERT_TRUE(WriteJournal::Remove(path).ok());
+  EXPECT_FALSE(Exists(path));
+  EXPECT_TRUE(WriteJournal::ReadAll(path)->empty());  // no file: nothing to replay
+  EXPECT_TRUE(WriteJournal::Remove(path).ok());
+}
+
+// A crash inside an append leaves a torn record: it was never acknowledged,
+// and reading stops before it.
+TEST(WriteJournalTest, TornTailEndsTheJournal) {
+  TempStore t;
+  const std::string path = (t.dir() / "journal").string();
+  {
+    auto j = WriteJournal::Create(path, 4 << 20);
+    ASSERT_TRUE(j.ok()) << j.status();
+    for (int i = 1; i <= 3; ++i) ASSERT_TRUE((*j)->Append(OneWrite(i), true).ok());
+  }
+  // Change the last byte written (the third record's last value byte), as a
+  // write cut short would leave it.
+  std::string bytes;
+  {
+    std::ifstream in(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const size_t last = bytes.find_last_not_of('\0');
+  ASSERT_NE(last, std::string::npos);
+  FILE* f = std::fopen(path.c_str(), "r+b");
+  ASSERT_NE(f, nullptr);
+  ASSERT_EQ(std::fseek(f, static_cast<long>(last), SEEK_SET), 0);
+  std::fputc(bytes[last] ^ 1, f);
+  std::fclose(f);
+  auto read = WriteJournal::ReadAll(path);
+  ASSERT_TRUE(read.ok()) << read.status();
+  ASSERT_EQ(read->size(), 2u);
+  EXPECT_EQ((*read)[1], OneWrite(2));
+}
+
+TEST(WriteJournalTest, FullJournalRefusesAndKeepsWhatItHas) {
+  TempStore t;
+  const std::string path = (t.dir() / "journal").string();
+  auto j = WriteJournal::Create(path, 2 << 20);
+  ASSERT_TRUE(j.ok()) << j.status();
+  const std::vector<JournalOp> big = {
+      JournalOp{JournalOp::Kind::kPut, 0, "big", std::string(300 << 10, 'b')}};
+  int n = 0;
+  absl::Status s;
+  while ((s = (*j)->Append(big, false)).ok()) ++n;
+  EXPECT_TRUE(absl::IsResourceExhausted(s)) << s;
+  EXPECT_GT(n, 0);
+  EXPECT_EQ(WriteJournal::ReadAll(path)->size(), static_cast<size_t>(n));
+}
+
+// A journal with records is never overwritten (its writes may have been
+// acknowledged); one without records (a new process that never took writes)
+// is replaced.
+TEST(WriteJournalTest, CreateRefusesUnreplayedRecords) {
+  TempStore t;
+  const std::string path = (t.dir() / "journal").string();
+  ASSERT_TRUE(WriteJournal::Create(path, 4 << 20).ok());
+  ASSERT_TRUE(WriteJournal::Create(path, 4 << 20).ok());
+  {
+    auto j = WriteJournal::Create(path, 4 << 20);
+    ASSERT_TRUE(j.ok());
+    ASSERT_TRUE((*j)->Append(OneWrite(7), true).ok());
+  }
+  auto again = WriteJournal::Create(path, 4 << 20);
+  EXPECT_TRUE(absl::IsFailedPrecondition(again.status())) << again.status();
+  EXPECT_EQ(WriteJournal::ReadAll(path)->size(), 1u);
+}
+
+// The switch as the two processes of an upgrade run it (here in one process,
+// two stores on the same database and arena).
+TEST(WriterSwitchTest, JournaledWritesAreServedAndReplayed) {
+  TempStore t;
+  auto o = Store::Open(t.options);
+  ASSERT_TRUE(o.ok()) << o.status();
+  for (int i = 0; i < 50; ++i) ASSERT_TRUE((*o)->Put(Key(i), Value(i, "old")).ok());
+  auto n = Store::AttachLive(t.options);
+  ASSERT_TRUE(n.ok()) << n.status();
+  ASSERT_TRUE((*n)->PrepareJournal().ok());
+  const std::string jpath = WriteJournal::PathFor(t.options.db_path);
+  EXPECT_TRUE(Exists(jpath));
+
+  ASSERT_TRUE((*o)->ReleaseDbForHandoff().ok());
+  EXPECT_TRUE(absl::IsFailedPrecondition((*o)->Put("x", "y").status()));
+  const uint64_t last = (*o)->last_version();
+  ASSERT_TRUE((*n)->BecomeJournalWriter(last).ok());
+  // RocksDB is still open in O (released): N writes through the journal.
+  auto v = (*n)->Put(Key(1), Value(1, "new"));
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(*v, last + 1);
+  ASSERT_TRUE((*n)->Delete(Key(2)).ok());
+  ASSERT_TRUE((*n)->Put("fresh", "f").ok());
+  EXPECT_EQ((*n)->Get(Key(1))->value, Value(1, "new"));
+  EXPECT_EQ((*o)->Get(Key(1))->value, Value(1, "new"));  // the arena is shared
+  EXPECT_TRUE(absl::IsNotFound((*n)->Get(Key(2)).status()));
+  EXPECT_EQ((*n)->stats().journaled, 3u);
+  EXPECT_TRUE(absl::IsUnavailable((*n)->OpenDb()));  // O still holds RocksDB's lock
+
+  ASSERT_TRUE((*o)->CloseReleasedDb().ok());
+  // Too late to roll back: N journaled writes it may have acknowledged.
+  EXPECT_TRUE(absl::IsFailedPrecondition((*o)->ReopenDbAfterFailedHandoff()));
+  o->reset();
+  ASSERT_TRUE((*n)->OpenDb().ok());
+  EXPECT_FALSE(Exists(jpath));
+  EXPECT_EQ((*n)->stats().replayed, 3u);
+  auto after = (*n)->Put(Key(3), Value(3, "new"));
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(*after, last + 3);  // versions go on (a delete takes none), none reused
+  ASSERT_TRUE((*n)->Close().ok());
+  n->reset();
+
+  auto cold = Store::Open(t.options);
+  ASSERT_TRUE(cold.ok()) << cold.status();
+  EXPECT_EQ((*cold)->Get(Key(1))->value, Value(1, "new"));
+  EXPECT_TRUE(absl::IsNotFound((*cold)->Get(Key(2)).status()));
+  EXPECT_EQ((*cold)->Get("fresh")->value, "f");
+  EXPECT_EQ((*cold)->Get(Key(4))->value, Value(4, "old"));
+  EXPECT_EQ((*cold)->Get(Key(1))->version, last + 1);
+}
+
+// A handoff that fails before the new side took a write: the old side takes
+// its released database back without reopening it.
+TEST(WriterSwitchTest, ReleasedDatabaseIsTakenBack) {
+  TempStore t;
+  auto o = Store::Open(t.options);
+  ASSERT_TRUE(o.ok()) << o.status();
+  ASSERT_TRUE((*o)->Put(Key(0), "a").ok());
+  {
+    auto n = Store::AttachLive(t.options);
+    ASSERT_TRUE(n.ok());
+    ASSERT_TRUE((*n)->PrepareJournal().ok());
+  }
+  ASSERT_TRUE((*o)->ReleaseDbForHandoff().ok());
+  EXPECT_TRUE(absl::IsFailedPrecondition((*o)->Put(Key(0), "b").status()));
+  ASSERT_TRUE((*o)->ReopenDbAfterFailedHandoff().ok());
+  ASSERT_TRUE((*o)->Put(Key(0), "c").ok());
+  EXPECT_EQ((*o)->Get(Key(0))->value, "c");
+}
+
+// The child: the new side of a switch, journaling writes; it records each
+// acknowledged one (key, version) in a file once its Put returned, then
+// waits to be killed.
+TEST(JournalChild, JournalUntilKilled) {
+  const char* acks = testing::Env("KVNODE_JC_ACKS");
+  if (acks == nullptr) GTEST_SKIP() << "runs only as a child of WriterSwitchTest";
+  StoreOptions opts;
+  opts.db_path = testing::Env("KVNODE_JC_DB");
+  opts.shm_name = testing::Env("KVNODE_JC_SHM");
+  opts.arena_size = 8 << 20;
+  opts.journal_bytes = 4 << 20;
+  auto n = Store::AttachLive(opts);
+  ASSERT_TRUE(n.ok()) << n.status();
+  ASSERT_TRUE((*n)->PrepareJournal().ok());
+  ASSERT_TRUE((*n)->BecomeJournalWriter(std::stoull(testing::Env("KVNODE_JC_LAST"))).ok());
+  std::ofstream out(acks);
+  for (int i = 0; i < 200; ++i) {
+    auto v = (*n)->Put(Key(i), Value(i, "journaled"));
+    ASSERT_TRUE(v.ok()) << v.status();
+    out << i << " " << *v << std::endl;
+  }
+  out << "done" << std::endl;
+  for (;;) pause();
+}
+
+// SIGKILL of the new side after it acknowledged journaled writes, before it
+// opened RocksDB; then a cold start: every acknowledged write is there, with
+// the version it was acknowledged with.
+TEST(WriterSwitchTest, KilledJournalWriterLosesNothing) {
+  TempStore t;
+  uint64_t last = 0;
+  {
+    auto o = Store::Open(t.options);
+    ASSERT_TRUE(o.ok()) << o.status();
+    for (int i = 0; i < 300; ++i) ASSERT_TRUE((*o)->Put(Key(i), Value(i, "old")).ok());
+    ASSERT_TRUE((*o)->CloseDbForHandoff().ok());
+    last = (*o)->last_version();
+  }  // O exits after its handoff: the arena stays dirty, as after an upgrade
+  const std::string acks = (t.dir() / "acks").string();
+  const pid_t child = testing::SpawnTest("JournalChild.JournalUntilKilled",
+                                         {{"KVNODE_JC_ACKS", acks},
+                                          {"KVNODE_JC_DB", t.options.db_path},
+                                          {"KVNODE_JC_SHM", t.options.shm_name},
+                                          {"KVNODE_JC_LAST", std::to_string(last)}});
+  ASSERT_GT(child, 0);
+  // Wait (with a deadline) for the child to acknowledge its writes.
+  bool done = false;
+  for (int i = 0; i < 6000 && !done; ++i) {
+    std::ifstream in(acks);
+    std::string line, tail;
+    while (std::getline(in, line)) tail = line;
+    done = tail == "done";
+    if (!done) usleep(10000);  // polls a file with a deadline
+  }
+  ASSERT_EQ(::kill(child, SIGKILL), 0);
+  testing::WaitChild(child);
+  ASSERT_TRUE(done) << "the child did not journal its writes";
+
+  auto cold = Store::Open(t.options);
+  ASSERT_TRUE(cold.ok()) << cold.status();
+  EXPECT_EQ((*cold)->opened_as(), Store::OpenedAs::kRebuilt);
+  EXPECT_EQ((*cold)->stats().replayed, 200u);
+  std::ifstream in(acks);
+  int key = 0;
+  uint64_t version = 0;
+  int n = 0;
+  while (in >> key >> version) {
+    auto g = (*cold)->Get(Key(key));
+    ASSERT_TRUE(g.ok()) << Key(key) << ": " << g.status();
+    EXPECT_EQ(g->value, Value(key, "journaled"));
+    EXPECT_EQ(g->version, version);
+    ++n;
+  }
+  EXPECT_EQ(n, 200);
+  EXPECT_EQ((*cold)->Get(Key(250))->value, Value(250, "old"));
+  // Versions go on after the journaled ones: none is handed out twice.
+  auto v = (*cold)->Put("next", "n");
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(*v, last + 201);
+  EXPECT_FALSE(Exists(WriteJournal::PathFor(t.options.db_path)));
+}
+
+}  // namespace
+}  // namespace kvnode::storage
