@@ -49,6 +49,10 @@ DEFINE_uint32(
     max_chain_buckets, 16,
     "most buckets in one index chain (6 keys each; 1..64): a PUT of a new key whose "
     "chain is full is REJECTED, so keys aimed at one bucket cost the node a bounded amount");
+DEFINE_uint32(upgrade_journal_mb, 32,
+              "live upgrade: size of the write journal the new process makes writes durable in "
+              "while RocksDB changes hands (created before it says Ready; 2..4096); a write that "
+              "does not fit waits (BUSY) for RocksDB");
 DEFINE_string(auth_token_file, "",
               "file with the token clients must present (mode 0600; empty: no authentication)");
 DEFINE_uint32(max_clients, 64, "most concurrent client sessions (each one QP and one window)");
@@ -104,9 +108,10 @@ DEFINE_int64(upgrade_ready_deadline_ms, 60000,
 DEFINE_int64(upgrade_pause_deadline_ms, 10000,
              "live upgrade: writes in flight must be finished this long after the pause");
 DEFINE_int64(upgrade_owned_deadline_ms, 30000,
-             "live upgrade: the new process must own RocksDB this long after HandOver");
+             "live upgrade: the new process must be the writer (Owned) this long after HandOver");
 DEFINE_int64(upgrade_old_exit_deadline_ms, 30000,
-             "live upgrade: the new process kills an old one still alive this long after Owned");
+             "live upgrade: the new process kills an old one still alive (or that has not "
+             "released RocksDB) this long after Owned");
 DEFINE_int64(upgrade_write_pause_limit_ms, 20000,
              "live upgrade: longest write pause; without Owned by then the old process rolls "
              "back (its watchdog does it if the upgrade thread is stuck)");
@@ -167,6 +172,7 @@ int main(int argc, char** argv) {
   o.shm_name = FLAGS_shm_name;
   o.keep_arena = FLAGS_keep_arena;
   o.max_chain_buckets = FLAGS_max_chain_buckets;
+  o.upgrade_journal_mb = FLAGS_upgrade_journal_mb;
   o.auth_token_file = FLAGS_auth_token_file;
   o.max_clients = FLAGS_max_clients;
   o.rpc_credits = FLAGS_rpc_credits;

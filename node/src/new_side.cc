@@ -120,6 +120,12 @@ absl::StatusOr<std::pair<std::unique_ptr<server::Server>, std::unique_ptr<NewSid
     LOG(WARNING) << "upgrade: " << s << " (continuing without it)";
   }
   mark("n_warm_up");
+  // The journal that makes writes durable while RocksDB changes hands,
+  // zero-filled now so that the writer switch does not wait for it.
+  if (absl::Status s = srv->PrepareJournal(); !s.ok()) {
+    return fail(WithContext(s, "preparing the write journal"), true);
+  }
+  mark("n_journal_prep");
   if (absl::Status s = MaybeInjectFault(Phase::kNReady); !s.ok()) return fail(s, true);
   Ready ready;
   ready.rkey = ai.rkey;
@@ -181,12 +187,17 @@ absl::StatusOr<std::pair<std::unique_ptr<server::Server>, std::unique_ptr<NewSid
   }
   mark("n_handover_wait");
 
-  // 4. RocksDB, sockets, sessions, counters.
+  // 4. The writer switch (RocksDB itself when O died), sockets, sessions,
+  // counters.
   if (absl::Status s = MaybeInjectFault(Phase::kNOpenDb); !s.ok()) return fail(s, !tail->alone_);
-  if (absl::Status s = srv->CompleteTakeover(inherited); !s.ok()) {
-    return fail(WithContext(s, "opening RocksDB / adopting the sockets"), !tail->alone_);
+  if (tail->alone_) {
+    if (absl::Status s = srv->CompleteTakeover(inherited); !s.ok()) {
+      return fail(WithContext(s, "opening RocksDB / adopting the sockets"), false);
+    }
+  } else if (absl::Status s = srv->CompleteSwitch(inherited, ho.last_version); !s.ok()) {
+    return fail(WithContext(s, "becoming the writer / adopting the sockets"), true);
   }
-  mark("n_open_db");
+  mark(tail->alone_ ? "n_open_db" : "n_switch");
   if (!tail->alone_) {
     srv->ImportSessions(FromSessionTable(sessions));
     const std::vector<std::pair<std::string, uint64_t>> counters = FromCounters(ho.counters);
@@ -215,8 +226,9 @@ absl::StatusOr<std::pair<std::unique_ptr<server::Server>, std::unique_ptr<NewSid
   if (absl::Status s = SdNotifyNewMainPid(getpid()); !s.ok()) {
     LOG(WARNING) << "upgrade: sd_notify: " << s;
   }
-  LOG(INFO) << "upgrade: generation " << options.generation << " owns RocksDB and accepts on "
-            << srv->listen_address();
+  LOG(INFO) << "upgrade: generation " << options.generation << " is the writer"
+            << (tail->alone_ ? "" : " (journal until the old process releases RocksDB)")
+            << " and accepts on " << srv->listen_address();
 
   tail->server_ = srv.get();
   tail->metrics_ = metrics;
@@ -225,22 +237,62 @@ absl::StatusOr<std::pair<std::unique_ptr<server::Server>, std::unique_ptr<NewSid
   tail->header_name_ = *hname;
   tail->old_exit_deadline = upgrade.old_exit_deadline;
   tail->kill_deadline = upgrade.kill_deadline;
+  tail->db_open_deadline =
+      upgrade.old_exit_deadline + upgrade.kill_deadline + upgrade.step_deadline;
   tail->started_ = absl::Now();
   return std::make_pair(std::move(srv), std::move(tail));
 }
 
 NewSideTail::~NewSideTail() {
   if (thread_.joinable()) thread_.join();
+  if (!db_open_.HasBeenNotified()) db_open_.Notify();  // ends the watchdog
+  if (watchdog_.joinable()) watchdog_.join();
 }
 
 void NewSideTail::Start(std::atomic<bool>* busy) {
   busy_ = busy;
   if (busy_ != nullptr) busy_->store(true);
+  if (!alone_) {
+    // Journaled writes are durable, but only RocksDB can hold the node's
+    // data for long: without it by the deadline this process exits, and a
+    // restart replays the journal.
+    watchdog_ = std::thread([this] {
+      if (db_open_.WaitForNotificationWithTimeout(db_open_deadline)) return;
+      LOG(ERROR) << "upgrade: RocksDB not open here " << absl::FormatDuration(db_open_deadline)
+                 << " after Owned: exiting so that a restart replays the write journal";
+      google::FlushLogFiles(google::GLOG_INFO);
+      _exit(kWatchdogExitCode);
+    });
+  }
   thread_ = std::thread([this] { Wait(); });
+}
+
+void NewSideTail::OpenDb() {
+  if (db_open_.HasBeenNotified()) return;
+  absl::Status s = MaybeInjectFault(Phase::kNReplay);
+  if (s.ok()) s = server_->OpenDbAfterSwitch();
+  if (!s.ok()) {
+    if (absl::StrContains(s.message(), "store closed")) {
+      LOG(WARNING) << "upgrade: shutting down before RocksDB was open here: the write journal "
+                   << "stays for the next start";
+    } else {
+      LOG(ERROR) << "upgrade: cannot open RocksDB and replay the write journal: " << s
+                 << ": exiting so that a restart replays it";
+      google::FlushLogFiles(google::GLOG_INFO);
+      _exit(kWatchdogExitCode);
+    }
+  }
+  metrics_->SetLast("n_open_db", absl::Now() - started_);
+  db_open_.Notify();
 }
 
 void NewSideTail::Wait() {
   if (!alone_) {
+    if (absl::Status s = MaybeInjectFault(Phase::kNJournal); !s.ok()) {
+      LOG(ERROR) << "upgrade: " << s << ": exiting so that a restart replays the write journal";
+      google::FlushLogFiles(google::GLOG_INFO);
+      _exit(kWatchdogExitCode);
+    }
     const absl::Time end = started_ + old_exit_deadline;
     bool gone = false;
     for (;;) {
@@ -256,6 +308,12 @@ void NewSideTail::Wait() {
                        << " went away without Gone: " << m.status();
         }
         break;
+      }
+      if (const Released* r = std::get_if<Released>(&m->message)) {
+        LOG(INFO) << "upgrade: the old process released RocksDB (generation " << r->generation
+                  << ")";
+        OpenDb();
+        continue;
       }
       if (const Gone* g = std::get_if<Gone>(&m->message)) {
         gone = true;
@@ -275,6 +333,8 @@ void NewSideTail::Wait() {
     } else {
       LOG(INFO) << "upgrade: the old process " << old_->pid() << " has exited";
     }
+    // Its exit released RocksDB's lock if it never said Released.
+    OpenDb();
   }
   channel_.reset();
   (void)RemoveHandoffHeader(header_name_);

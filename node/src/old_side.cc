@@ -53,9 +53,9 @@ struct OldSide::Attempt {
   // may have happened; every undo is harmless when nothing happened.
   std::atomic<bool> paused{false};
   std::atomic<bool> stopped_accepting{false};
-  bool db_closed ABSL_GUARDED_BY(db_step_mu) = false;
-  // Held by the upgrade thread across "check abandoned + close RocksDB", by
-  // the rollback across "reopen RocksDB".
+  bool db_released ABSL_GUARDED_BY(db_step_mu) = false;
+  // Held by the upgrade thread across "check abandoned + release RocksDB", by
+  // the rollback across "take RocksDB back".
   absl::Mutex db_step_mu;
 
   absl::Mutex mu;
@@ -254,10 +254,14 @@ absl::Status OldSide::Handoff(std::shared_ptr<Attempt> ap) {
   Attempt& a = *ap;
   if (absl::Status s = SpawnNewProcess(a); !s.ok()) return s;
   if (absl::Status s = AwaitHelloAndReady(a); !s.ok()) return s;
-  if (absl::Status s = PauseWritesAndCloseDb(ap); !s.ok()) return s;
+  if (absl::Status s = PauseWritesAndReleaseDb(ap); !s.ok()) return s;
   if (absl::Status s = SendHandOver(ap); !s.ok()) return s;
   if (absl::Status s = AwaitOwned(a); !s.ok()) return s;
   MoveClients(a);
+  CloseDbAndSayReleased(a);
+  if (absl::Status s = MaybeInjectFault(Phase::kODrain); !s.ok()) {
+    LOG(WARNING) << "upgrade: " << s << " (past the point of no return: draining anyway)";
+  }
   return absl::OkStatus();
 }
 
@@ -382,8 +386,9 @@ absl::Status OldSide::AwaitHelloAndReady(Attempt& a) {
 }
 
 // Pre-flushes the memtable, pauses writes (from here every wait is capped by
-// the pause limit) and closes RocksDB for the new process.
-absl::Status OldSide::PauseWritesAndCloseDb(const std::shared_ptr<Attempt>& ap) {
+// the pause limit) and releases RocksDB: this process writes no more, but
+// keeps the database open (its close is off the write path, after Owned).
+absl::Status OldSide::PauseWritesAndReleaseDb(const std::shared_ptr<Attempt>& ap) {
   Attempt& a = *ap;
   if (absl::Status s = LocalStep(a, "o_preflush"); !s.ok()) return s;
   if (absl::Status s = server_->FlushDb(); !s.ok()) {
@@ -417,9 +422,9 @@ absl::Status OldSide::PauseWritesAndCloseDb(const std::shared_ptr<Attempt>& ap) 
   {
     absl::MutexLock g(&a.db_step_mu);
     if (a.Abandoned()) return absl::AbortedError("the upgrade watchdog took over");
-    a.db_closed = true;  // a rollback reopens (Store refuses harmlessly if still open)
-    if (absl::Status s = server_->CloseDbForHandoff(); !s.ok()) {
-      return WithContext(s, "closing RocksDB");
+    a.db_released = true;  // a rollback takes it back (Store refuses harmlessly if not released)
+    if (absl::Status s = server_->ReleaseDbForHandoff(); !s.ok()) {
+      return WithContext(s, "releasing RocksDB");
     }
   }
   Mark(a, "o_flush");
@@ -448,6 +453,8 @@ absl::Status OldSide::SendHandOver(const std::shared_ptr<Attempt>& ap) {
   if (!records.ok()) return records.status();
   HandOver ho;
   ho.generation = a.new_generation;
+  // Writes are paused and RocksDB released: nothing moves it any more.
+  ho.last_version = server_->last_version();
   ho.fd_roles = {FdRole::kListenTcp, FdRole::kAdminSocket};
   // The table travels in Sessions messages before HandOver, as many as its
   // size needs: HandOver itself stays small whatever the number of clients.
@@ -565,9 +572,29 @@ void OldSide::MoveClients(Attempt& a) {
   metrics_->Add(UpgradeMetrics::kClientsMigrated, a.moved);
   metrics_->Add(UpgradeMetrics::kClientsCut, a.cut);
   Mark(a, "o_move_clients");
-  if (absl::Status s = MaybeInjectFault(Phase::kODrain); !s.ok()) {
-    LOG(WARNING) << "upgrade: " << s << " (past the point of no return: draining anyway)";
+}
+
+// Closes the RocksDB this process released and tells N, which opens it then
+// (N journals writes meanwhile). Past the point of no return: on a failure
+// the database stays open until this process exits, which N notices too.
+void OldSide::CloseDbAndSayReleased(Attempt& a) {
+  if (absl::Status s = MaybeInjectFault(Phase::kOCloseDb); !s.ok()) {
+    LOG(WARNING) << "upgrade: " << s << ": RocksDB stays open until this process exits";
+    return;
   }
+  if (absl::Status s = server_->CloseReleasedDb(); !s.ok()) {
+    LOG(ERROR) << "upgrade: closing RocksDB: " << s;
+    return;
+  }
+  Released r;
+  r.generation = a.new_generation;
+  {
+    absl::MutexLock l(&a.mu);
+    if (absl::Status s = a.channel->Send(r, absl::Now() + options_.send_deadline); !s.ok()) {
+      LOG(WARNING) << "upgrade: sending Released: " << s << " (the new process sees our exit)";
+    }
+  }
+  Mark(a, "o_close_db");
 }
 
 void OldSide::Rollback(Attempt& a, const absl::Status& why, bool by_watchdog) {
@@ -599,7 +626,7 @@ void OldSide::Rollback(Attempt& a, const absl::Status& why, bool by_watchdog) {
   if (!by_watchdog || n_may_own_db) fence();
   {
     absl::MutexLock g(&a.db_step_mu);
-    if (a.db_closed) {
+    if (a.db_released) {
       if (absl::Status s = server_->ReopenDbAfterFailedHandoff(); !s.ok()) {
         LOG(ERROR) << "upgrade: reopening RocksDB after the failed handoff: " << s;
         // Resuming now would accept writes that cannot be made durable (no
@@ -613,7 +640,7 @@ void OldSide::Rollback(Attempt& a, const absl::Status& why, bool by_watchdog) {
           _exit(kWatchdogExitCode);
         }
       }
-      a.db_closed = false;
+      a.db_released = false;
     }
   }
   fence();

@@ -167,6 +167,8 @@ std::string StatsAnswer(const StatsView& v) {
         {"keys", v.arena.keys},
         {"resident_keys", v.arena.resident_keys},
         {"evictions", v.arena.evictions}}},
+      {"journaled_writes", v.journaled_writes},
+      {"journal_replayed", v.journal_replayed},
       {"upgrade_in_progress", v.upgrade_in_progress},
       {"writes_paused", v.writes_paused},
       {"draining", v.draining},
@@ -256,6 +258,10 @@ std::string RenderPrometheus(const StatsView& v) {
   metric("arena_keys", "gauge", "Keys in the store.", v.arena.keys);
   metric("arena_resident_keys", "gauge", "Keys readable from the arena.", v.arena.resident_keys);
   metric("arena_evictions_total", "counter", "Keys evicted from the arena.", v.arena.evictions);
+  metric("journaled_writes_total", "counter",
+         "Writes this process made durable in a live upgrade's write journal.", v.journaled_writes);
+  metric("journal_replayed_total", "counter",
+         "Journaled writes this process replayed into RocksDB.", v.journal_replayed);
   std::string last_name;
   for (const ExtraStat& e : v.extra) {
     if (e.name != last_name) {

@@ -226,6 +226,8 @@ StatsView ServerImpl::Stats() const {
     v.arena.keys = s.keys;
     v.arena.resident_keys = s.resident_keys;
     v.arena.evictions = s.evictions;
+    v.journaled_writes = s.journaled;
+    v.journal_replayed = s.replayed;
   }
   v.upgrade_in_progress = upgrade_in_progress_.load();
   v.writes_paused = writes_paused_.load();

@@ -136,6 +136,9 @@ absl::Status ServerOptions::Validate() const {
   if (max_chain_buckets < 1 || max_chain_buckets > storage::kMaxChainLength) {
     return Bad("max_chain_buckets", absl::StrCat("must be 1..", storage::kMaxChainLength));
   }
+  if (upgrade_journal_mb < 2 || upgrade_journal_mb > 4096) {
+    return Bad("upgrade_journal_mb", "must be 2..4096");
+  }
   if (arena_path.empty() && (shm_name.empty() || shm_name.find('/') != std::string::npos)) {
     return Bad("shm_name", "must be a non-empty name without '/'");
   }

@@ -88,6 +88,20 @@ absl::StatusOr<std::unique_ptr<Server>> Server::CreateForTakeover(
 absl::Status Server::CompleteTakeover(InheritedSockets inherited) {
   return impl_->CompleteTakeover(inherited);
 }
+absl::Status Server::PrepareJournal() { return impl_->store_->PrepareJournal(); }
+absl::Status Server::CompleteSwitch(InheritedSockets inherited, uint64_t last_version) {
+  return impl_->CompleteSwitch(inherited, last_version);
+}
+absl::Status Server::OpenDbAfterSwitch() {
+  const absl::Time t0 = absl::Now();
+  absl::Status s = impl_->store_->OpenDb();
+  if (s.ok()) {
+    LOG(INFO) << "takeover: RocksDB " << impl_->opt_.db_path << " opened and "
+              << impl_->store_->stats().replayed << " journaled writes replayed in "
+              << absl::FormatDuration(absl::Now() - t0);
+  }
+  return s;
+}
 Server::ArenaInfo Server::arena_info() const {
   ArenaInfo a;
   if (impl_->arena_mr_ != nullptr) {
@@ -170,7 +184,9 @@ void Server::ResumeWrites(std::function<void()> done) {
     s->control_tasks_->Post(done);
   });
 }
-absl::Status Server::CloseDbForHandoff() { return impl_->store_->CloseDbForHandoff(); }
+absl::Status Server::ReleaseDbForHandoff() { return impl_->store_->ReleaseDbForHandoff(); }
+absl::Status Server::CloseReleasedDb() { return impl_->store_->CloseReleasedDb(); }
+uint64_t Server::last_version() const { return impl_->store_->last_version(); }
 absl::Status Server::ReopenDbAfterFailedHandoff() {
   return impl_->store_->ReopenDbAfterFailedHandoff();
 }

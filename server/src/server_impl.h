@@ -101,6 +101,7 @@ class ServerImpl {
   // Live upgrade, new side: everything but the sockets and RocksDB.
   absl::Status InitForTakeover(const std::function<absl::Status()>& after_attach);
   absl::Status CompleteTakeover(InheritedSockets inherited);
+  absl::Status CompleteSwitch(InheritedSockets inherited, uint64_t last_version);
   absl::Status Run();
 
   // Pieces of Init, in order.

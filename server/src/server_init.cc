@@ -140,6 +140,13 @@ absl::Status ServerImpl::InitForTakeover(const std::function<absl::Status()>& af
   return InitEpoll();
 }
 
+absl::Status ServerImpl::CompleteSwitch(InheritedSockets inherited, uint64_t last_version) {
+  if (absl::Status s = store_->BecomeJournalWriter(last_version); !s.ok()) return s;
+  if (absl::Status s = InitSockets(inherited); !s.ok()) return s;
+  if (absl::Status s = AddSocketsToEpoll(); !s.ok()) return s;
+  return WritePidFileAndLog();
+}
+
 absl::Status ServerImpl::CompleteTakeover(InheritedSockets inherited) {
   const absl::Time t0 = absl::Now();
   if (absl::Status s = store_->OpenDb(); !s.ok()) return s;
@@ -166,6 +173,7 @@ absl::Status ServerImpl::InitSignalsAndAuth() {
   store_options_.arena_file = opt_.arena_path;
   store_options_.arena_size = opt_.arena_size;
   store_options_.max_chain_buckets = opt_.max_chain_buckets;
+  store_options_.journal_bytes = uint64_t{opt_.upgrade_journal_mb} << 20;
 
   // Signals are taken through a signalfd: block them in this thread before
   // any other thread (RocksDB's, the data plane) exists, so all inherit it.

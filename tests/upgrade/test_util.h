@@ -40,13 +40,18 @@ inline std::vector<HandoffMessage> AllSampleMessages() {
   return {
       Hello{kHandoffProtocolVersion, 4242, 8, 0x3, "build-b"},
       Ready{0xabcdef, 0, 0x55aa55aa55aa55aaULL, 256ULL << 20, 1},
-      HandOver{
-          8, {FdRole::kListenTcp, FdRole::kAdminSocket}, SampleSessions(3, 4), SampleCounters(), 5},
+      HandOver{8,
+               {FdRole::kListenTcp, FdRole::kAdminSocket},
+               SampleSessions(3, 4),
+               SampleCounters(),
+               5,
+               0x0102030405060708ULL},
       Owned{8, 4242},
       Gone{7, 1, CounterSnapshot{{{"ops_put", 3}}}},
       Abort{static_cast<uint32_t>(AbortCode::kIncompatible),
             "arena_layout_version: expected 1, found 2"},
       Sessions{SampleSessions(2, 3).sessions},
+      Released{8},
   };
 }
 

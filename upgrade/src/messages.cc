@@ -271,6 +271,7 @@ absl::Status Put(StringWriter& w, const HandOver& m) {
   w.U8(static_cast<uint8_t>(m.fd_roles.size()));
   for (FdRole role : m.fd_roles) w.U8(static_cast<uint8_t>(role));
   w.U32(m.session_chunks);
+  w.U64(m.last_version);
   if (absl::Status s = PutSessions(w, m.sessions); !s.ok()) return s;
   return PutCounters(w, m.counters);
 }
@@ -281,6 +282,11 @@ absl::Status Put(StringWriter& w, const Owned& m) {
   if (m.pid == 0) return absl::InvalidArgumentError("handoff: Owned.pid is 0");
   w.U64(m.generation);
   w.U32(m.pid);
+  return absl::OkStatus();
+}
+
+absl::Status Put(StringWriter& w, const Released& m) {
+  w.U64(m.generation);
   return absl::OkStatus();
 }
 
@@ -340,6 +346,7 @@ absl::StatusOr<HandoffMessage> GetHandOver(Reader& r) {
   if (m.session_chunks > kMaxSessionChunks) {
     return TooLong("HandOver.session_chunks", m.session_chunks, kMaxSessionChunks);
   }
+  if (!r.U64(&m.last_version)) return Truncated("HandOver.last_version");
   if (absl::Status s = GetSessions(r, &m.sessions); !s.ok()) return s;
   if (absl::Status s = GetCounters(r, &m.counters); !s.ok()) return s;
   return m;
@@ -355,6 +362,12 @@ absl::StatusOr<HandoffMessage> GetOwned(Reader& r) {
   Owned m;
   if (!r.U64(&m.generation) || !r.U32(&m.pid)) return Truncated("Owned");
   if (m.pid == 0) return absl::InvalidArgumentError("handoff: Owned.pid is 0");
+  return m;
+}
+
+absl::StatusOr<HandoffMessage> GetReleased(Reader& r) {
+  Released m;
+  if (!r.U64(&m.generation)) return Truncated("Released");
   return m;
 }
 
@@ -392,6 +405,8 @@ std::string HandoffTypeName(uint16_t type) {
       return "Abort";
     case HandoffType::kSessions:
       return "Sessions";
+    case HandoffType::kReleased:
+      return "Released";
   }
   return absl::StrCat("Unknown(", type, ")");
 }
@@ -470,6 +485,9 @@ absl::StatusOr<HandoffMessage> DecodeHandoffPayload(const HandoffFrameHeader& h,
       break;
     case HandoffType::kSessions:
       m = GetSessionsMessage(r);
+      break;
+    case HandoffType::kReleased:
+      m = GetReleased(r);
       break;
     default:
       return absl::InvalidArgumentError(absl::StrCat("handoff: unknown message type ", h.type));

@@ -39,6 +39,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "kvnode/server/admin.h"
 #include "kvnode/server/options.h"
@@ -183,10 +184,12 @@ class OldSide {
   absl::Status Handoff(std::shared_ptr<Attempt> ap);
   absl::Status SpawnNewProcess(Attempt& a);
   absl::Status AwaitHelloAndReady(Attempt& a);
-  absl::Status PauseWritesAndCloseDb(const std::shared_ptr<Attempt>& ap);
+  absl::Status PauseWritesAndReleaseDb(const std::shared_ptr<Attempt>& ap);
   absl::Status SendHandOver(const std::shared_ptr<Attempt>& ap);
   absl::Status AwaitOwned(Attempt& a);
-  void MoveClients(Attempt& a);  // past the point of no return: cannot fail
+  // Past the point of no return: cannot fail.
+  void MoveClients(Attempt& a);
+  void CloseDbAndSayReleased(Attempt& a);
   // Records how long the phase that ends now took, for `kvctl stats`.
   void Mark(Attempt& a, const char* name);
   // Enters step `name` with options_.step_deadline.
@@ -233,7 +236,11 @@ class NewSideTail {
   friend absl::StatusOr<std::pair<std::unique_ptr<server::Server>, std::unique_ptr<NewSideTail>>>
   TakeOver(server::ServerOptions, const std::string&, const NodeUpgradeOptions&, UpgradeMetrics*);
   NewSideTail() = default;
+  // Waits for O's Released (then opens RocksDB), Gone and exit.
   void Wait();
+  // Opens RocksDB and replays the write journal (Server::OpenDbAfterSwitch),
+  // once; exits the process when it cannot (a restart replays the journal).
+  void OpenDb();
 
   server::Server* server_ = nullptr;
   UpgradeMetrics* metrics_ = nullptr;
@@ -242,6 +249,10 @@ class NewSideTail {
   std::string header_name_;
   absl::Duration old_exit_deadline;
   absl::Duration kill_deadline;  // after a SIGKILL, for the exit
+  // After Owned, RocksDB must be open here by then (watchdog_ exits if not).
+  absl::Duration db_open_deadline;
+  absl::Notification db_open_;
+  std::thread watchdog_;
   absl::Time started_;
   bool alone_ = false;  // O died before HandOver: nothing to wait for
   std::atomic<bool>* busy_ = nullptr;

@@ -71,6 +71,10 @@ struct StatsView {
     uint64_t resident_keys = 0;
     uint64_t evictions = 0;
   } arena;
+  // This process: writes made durable in the live upgrade's write journal,
+  // and journaled writes replayed into RocksDB.
+  uint64_t journaled_writes = 0;
+  uint64_t journal_replayed = 0;
   bool upgrade_in_progress = false;
   bool writes_paused = false;
   bool draining = false;  // admin `drain` was accepted; the node exits once it is done

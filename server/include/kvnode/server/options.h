@@ -52,6 +52,11 @@ struct ServerOptions {
   // --max_chain_buckets. Most buckets in one index chain (home + overflow),
   // 1..64; a PUT of a new key past it is REJECTED (docs/format.md). Default 16.
   uint32_t max_chain_buckets = 16;
+  // --upgrade_journal_mb. Size of the write journal a new process writes to
+  // during a live upgrade's writer switch, created (zero-filled) before it
+  // says Ready; a write that does not fit waits (BUSY) for RocksDB. 2..4096.
+  // Default 32.
+  uint32_t upgrade_journal_mb = 32;
 
   // --auth_token_file. File holding the token clients must present (trailing
   // newline stripped). Must not be group/world readable. Default "": no auth

@@ -54,11 +54,20 @@ class Server {
   // Live upgrade, new side, in two steps while the old process still serves:
   // CreateForTakeover maps the live arena (Store::AttachLive, reads no data),
   // runs `after_attach` (an error aborts), opens the device and registers the
-  // arena and the RPC pool; no socket, no RocksDB. CompleteTakeover (before
-  // Run) opens RocksDB (Store::OpenDb) and adopts the inherited sockets (or
-  // binds --listen / --admin_socket where a fd is -1), then writes the pid file.
+  // arena and the RPC pool; no socket, no RocksDB. Then, before Run, either
+  // CompleteSwitch (the old process handed over): adopts the inherited
+  // sockets and becomes the writer by journal (Store::BecomeJournalWriter,
+  // versions from `last_version`; PrepareJournal must have run), RocksDB
+  // opened later by OpenDbAfterSwitch (any thread, while serving);
+  // or CompleteTakeover (the old process died before handing over): opens
+  // RocksDB (Store::OpenDb), loads the dedupe records and adopts the inherited
+  // sockets (or binds --listen / --admin_socket where a fd is -1).
+  // Both write the pid file.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<Server>> CreateForTakeover(
       const ServerOptions& options, std::function<absl::Status()> after_attach = {});
+  [[nodiscard]] absl::Status PrepareJournal();
+  [[nodiscard]] absl::Status CompleteSwitch(InheritedSockets inherited, uint64_t last_version);
+  [[nodiscard]] absl::Status OpenDbAfterSwitch();
   [[nodiscard]] absl::Status CompleteTakeover(InheritedSockets inherited);
 
   // The arena registration (any thread, after Create).
@@ -113,10 +122,13 @@ class Server {
   // every write received before was applied and answered.
   void PauseWrites(std::function<void()> done);
   void ResumeWrites(std::function<void()> done);
-  // Any thread. Store::CloseDbForHandoff / ReopenDbAfterFailedHandoff: the
-  // arena stays mapped and registered; READs and resident GETs keep working.
-  [[nodiscard]] absl::Status CloseDbForHandoff();
+  // Any thread. Store::ReleaseDbForHandoff / CloseReleasedDb /
+  // ReopenDbAfterFailedHandoff / last_version: the arena stays mapped and
+  // registered; READs and resident GETs keep working.
+  [[nodiscard]] absl::Status ReleaseDbForHandoff();
+  [[nodiscard]] absl::Status CloseReleasedDb();
   [[nodiscard]] absl::Status ReopenDbAfterFailedHandoff();
+  uint64_t last_version() const;
   // Sends Move to every Ready client; `on_ack(client_id)` runs on the control
   // thread for each MoveAck received. Returns how many Moves were sent.
   size_t SendMoveToAll(const proto::Move& move, std::function<void(uint64_t)> on_ack);
@@ -129,7 +141,7 @@ class Server {
   void ImportSessions(std::vector<ClientRecordExport> records);
   // Counters: metrics().Export() / metrics().Import() (monotonic across
   // upgrades). Marks the process as handed off: at shutdown it neither
-  // closes RocksDB (CloseDbForHandoff did) nor removes the arena, the pid
+  // closes RocksDB (it released it) nor removes the arena, the pid
   // file or the admin socket path (they belong to the new process now).
   void MarkHandedOff();
   void SetUpgradeInProgress(bool in_progress);

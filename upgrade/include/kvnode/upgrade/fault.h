@@ -39,16 +39,19 @@ enum class Phase : uint8_t {
   kNRegister,     // N: arena attached, before opening the device / registering
   kNReady,        // N: registered, before sending Ready
   kOPause,        // O: memtable pre-flushed, before pausing writes
-  kOFlush,        // O: writes paused and drained, before the final flush + close of RocksDB
-  kOHandover,     // O: RocksDB closed, before sending HandOver
-  kNOpenDb,       // N: HandOver received, before opening RocksDB
-  kNAccepting,    // N: RocksDB open, before accepting and sending Owned
+  kOFlush,        // O: writes paused and drained, before releasing RocksDB
+  kOHandover,     // O: RocksDB released, before sending HandOver
+  kNOpenDb,       // N: HandOver received, before becoming the writer (journal; RocksDB if alone)
+  kNAccepting,    // N: the writer, before accepting and sending Owned
   kOMoveClients,  // O: Owned received, before telling clients to move
-  kODrain,        // O: clients moved or cut, before draining its QPs
+  kOCloseDb,      // O: clients moved or cut, before closing RocksDB and sending Released
+  kNJournal,      // N: Owned sent, journaling writes, before waiting for Released
+  kNReplay,       // N: O released RocksDB (or died), before opening it and replaying the journal
+  kODrain,        // O: RocksDB closed, before draining its QPs
   kODereg,        // O: QPs drained, before deregistering MRs / closing the device
   kOExit,         // O: Gone sent, before exit(0)
 };
-inline constexpr int kPhaseCount = 13;
+inline constexpr int kPhaseCount = 16;
 
 // "o_spawn", ...
 std::string_view PhaseName(Phase p);

@@ -36,7 +36,7 @@ namespace kvnode::upgrade {
 // Version of the handoff messages AND of the conversation. O writes it into
 // the handoff header; N refuses another one there, before any frame flows.
 // Bump on any incompatible change and record it in docs/upgrade.md.
-inline constexpr uint16_t kHandoffProtocolVersion = 2;
+inline constexpr uint16_t kHandoffProtocolVersion = 3;
 
 // "KVNH" as the first four bytes of every frame (read as a little-endian u32).
 inline constexpr uint32_t kHandoffFrameMagic = 0x484e564b;
@@ -63,11 +63,13 @@ inline constexpr size_t kMaxSessionChunks = 1 << 20;
 enum class HandoffType : uint16_t {
   kHello = 1,     // N -> O: header accepted; who N is
   kReady = 2,     // N -> O: arena attached and registered, N can serve reads
-  kHandOver = 3,  // O -> N: RocksDB closed; listen/admin fds + sessions + counters
-  kOwned = 4,     // N -> O: RocksDB open, N accepting; the point of no return
+  kHandOver = 3,  // O -> N: the writer switch: O released RocksDB and writes no more;
+                  // listen/admin fds + sessions + counters + last version
+  kOwned = 4,     // N -> O: N the writer (journal), accepting; the point of no return
   kGone = 5,      // O -> N: O drained and deregistered; it exits 0 next
   kAbort = 6,     // either way: the upgrade is off (layout frozen, any version)
   kSessions = 7,  // O -> N, before HandOver: a part of the session table
+  kReleased = 8,  // O -> N, after Owned: O closed RocksDB; N may open it
 };
 
 // "Hello", ..., "Unknown(N)".
@@ -154,6 +156,7 @@ struct HandOver {
   SessionTable sessions;
   CounterSnapshot counters;
   uint32_t session_chunks = 0;  // <= kMaxSessionChunks
+  uint64_t last_version = 0;    // version of O's last write: N's writes go on from it
   friend bool operator==(const HandOver&, const HandOver&) = default;
 };
 
@@ -197,7 +200,12 @@ struct Abort {
   friend bool operator==(const Abort&, const Abort&) = default;
 };
 
-using HandoffMessage = std::variant<Hello, Ready, HandOver, Owned, Gone, Abort, Sessions>;
+struct Released {
+  uint64_t generation = 0;  // N's generation (== HandOver.generation)
+  friend bool operator==(const Released&, const Released&) = default;
+};
+
+using HandoffMessage = std::variant<Hello, Ready, HandOver, Owned, Gone, Abort, Sessions, Released>;
 
 HandoffType TypeOf(const HandoffMessage& m);
 
