@@ -114,14 +114,8 @@ absl::StatusOr<std::pair<std::unique_ptr<server::Server>, std::unique_ptr<NewSid
                 true);
   }
   mark("n_register");
-  // RocksDB's open is the larger half of the write pause: run its code once
-  // now, on an in-memory database, while O still serves writes.
-  if (absl::Status s = storage::Store::WarmUpDbCode(); !s.ok()) {
-    LOG(WARNING) << "upgrade: " << s << " (continuing without it)";
-  }
-  mark("n_warm_up");
   // The journal that makes writes durable while RocksDB changes hands,
-  // zero-filled now so that the writer switch does not wait for it.
+  // allocated now so that the writer switch does not wait for it.
   if (absl::Status s = srv->PrepareJournal(); !s.ok()) {
     return fail(WithContext(s, "preparing the write journal"), true);
   }

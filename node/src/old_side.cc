@@ -385,15 +385,12 @@ absl::Status OldSide::AwaitHelloAndReady(Attempt& a) {
   return absl::OkStatus();
 }
 
-// Pre-flushes the memtable, pauses writes (from here every wait is capped by
-// the pause limit) and releases RocksDB: this process writes no more, but
-// keeps the database open (its close is off the write path, after Owned).
+// Pauses writes (from here every wait is capped by the pause limit) and
+// releases RocksDB: this process writes no more, but keeps the database open
+// (its close is off the write path, after Owned). No memtable flush: the new
+// process opens RocksDB (and replays its WAL) while it journals writes.
 absl::Status OldSide::PauseWritesAndReleaseDb(const std::shared_ptr<Attempt>& ap) {
   Attempt& a = *ap;
-  if (absl::Status s = LocalStep(a, "o_preflush"); !s.ok()) return s;
-  if (absl::Status s = server_->FlushDb(); !s.ok()) {
-    LOG(WARNING) << "upgrade: pre-flush of the memtable failed (continuing): " << s;
-  }
   if (absl::Status s = LocalStep(a, "o_pause"); !s.ok()) return s;
   if (absl::Status s = MaybeInjectFault(Phase::kOPause); !s.ok()) return s;
   {

@@ -115,7 +115,6 @@ Server::ArenaInfo Server::arena_info() const {
   }
   return a;
 }
-absl::Status Server::FlushDb() { return impl_->store_->FlushDb(); }
 void Server::SetExtraStats(std::function<std::vector<ExtraStat>()> f) {
   impl_->extra_stats_ = std::move(f);
 }

@@ -95,11 +95,19 @@ absl::StatusOr<std::unique_ptr<WriteJournal>> WriteJournal::Create(const std::st
   }
   base::UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
   if (!fd.valid()) return base::ErrnoStatus(errno, absl::StrCat("create ", path));
-  // Zeros first, the header last: a crash while filling leaves no journal.
-  const std::string zeros(size_t{1} << 20, '\0');
-  for (uint64_t off = 0; off < bytes; off += zeros.size()) {
-    const size_t n = static_cast<size_t>(std::min<uint64_t>(zeros.size(), bytes - off));
-    if (absl::Status s = WriteAll(fd.get(), zeros.data(), n, off, path); !s.ok()) return s;
+  // Blocks allocated up front (they read as zeros), so that an append never
+  // grows the file or runs out of space; zeros written where the file system
+  // cannot allocate without writing. The header last: a crash before it
+  // leaves a file without records.
+  if (::fallocate(fd.get(), 0, 0, static_cast<off_t>(bytes)) != 0) {
+    if (errno != EOPNOTSUPP) {
+      return base::ErrnoStatus(errno, absl::StrCat("allocate ", bytes, " bytes for ", path));
+    }
+    const std::string zeros(size_t{1} << 20, '\0');
+    for (uint64_t off = 0; off < bytes; off += zeros.size()) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(zeros.size(), bytes - off));
+      if (absl::Status s = WriteAll(fd.get(), zeros.data(), n, off, path); !s.ok()) return s;
+    }
   }
   char header[kHeaderSize] = {};
   std::memcpy(header, kMagic, sizeof(kMagic));

@@ -1,9 +1,10 @@
 // The write journal: where a new process makes writes durable during a live
 // upgrade while RocksDB changes hands (docs/upgrade.md "The writer switch").
 //
-// A file in the database directory, zero-filled to its full size when it is
-// created (before the writer switch), so that an append overwrites allocated
-// blocks and its fdatasync has no file size or extent to record. Each record
+// A file in the database directory, allocated to its full size when it is
+// created (before the writer switch: fallocate, or zeros written where that
+// is not supported), so that an append never grows the file and never finds
+// the disk full. Each record
 // is the RocksDB batch one write would have written, as a list of puts and
 // deletes by column family index. Layout (little-endian, docs/format.md):
 //
@@ -54,7 +55,7 @@ class WriteJournal {
   // The journal of the database at db_path.
   static std::string PathFor(const std::string& db_path);
 
-  // Creates the journal at `path`, `bytes` long (zero-filled, synced, and the
+  // Creates the journal at `path`, `bytes` long (allocated, synced, and the
   // directory synced). Replaces a journal without records (one left by a new
   // process that never took writes); FailedPrecondition when the file there
   // holds records (they must be replayed first).

@@ -13,7 +13,6 @@
 #include "journal.h"
 #include "kvnode/storage/read_path.h"
 #include "rocksdb/db.h"
-#include "rocksdb/env.h"
 #include "rocksdb/options.h"
 #include "rocksdb/write_batch.h"
 
@@ -135,50 +134,16 @@ rocksdb::DBOptions MakeDbOptions(bool create_if_missing) {
   rocksdb::DBOptions dbo;
   dbo.create_if_missing = create_if_missing;
   dbo.create_missing_column_families = true;
-  // A live upgrade's write pause contains one close and one open of the
-  // database, so the open does no work it can skip: no reading of every
-  // table's properties for statistics, no size check of every SST, and the
-  // WAL's tail (the writes after the pre-flush) is replayed into the
+  // A live upgrade's new process opens the database while it journals
+  // writes (reads of keys not in the arena wait for it), so the open does no
+  // work it can skip: no reading of every table's properties for statistics,
+  // no size check of every SST, and the WAL's tail is replayed into the
   // memtable instead of being flushed into a new L0 file first.
   dbo.skip_stats_update_on_db_open = true;
   dbo.skip_checking_sst_file_sizes_on_db_open = true;
   dbo.avoid_flush_during_recovery = true;
   return dbo;
 }
-
-// Opens, writes (synced), reopens (WAL replay), reads and closes a database
-// in `env` at `path`.
-rocksdb::Status WarmUpOnce(rocksdb::Env* env, const std::string& path) {
-  rocksdb::DBOptions dbo = MakeDbOptions(true);
-  dbo.env = env;
-  for (int round = 0; round < 2; ++round) {
-    std::vector<rocksdb::ColumnFamilyHandle*> handles;
-    rocksdb::DB* db = nullptr;
-    rocksdb::Status s = rocksdb::DB::Open(dbo, path, dblayout::ColumnFamilies(), &handles, &db);
-    if (!s.ok()) return s;
-    rocksdb::WriteOptions wo;
-    wo.sync = true;
-    s = db->Put(wo, handles[1], "warm-up", "1");
-    std::string v;
-    if (s.ok()) s = db->Get(rocksdb::ReadOptions(), handles[1], "warm-up", &v);
-    if (s.ok()) s = db->Put(rocksdb::WriteOptions(), handles[0], "warm-up", "1");
-    for (rocksdb::ColumnFamilyHandle* h : handles) (void)db->DestroyColumnFamilyHandle(h);
-    rocksdb::Status c = db->Close();
-    delete db;
-    if (!s.ok()) return s;
-    if (!c.ok()) return c;
-  }
-  return rocksdb::Status::OK();
-}
-
-}  // namespace
-
-absl::Status Store::WarmUpDbCode() {
-  std::unique_ptr<rocksdb::Env> env(rocksdb::NewMemEnv(rocksdb::Env::Default()));
-  return FromRocks(WarmUpOnce(env.get(), "/kvnode-warm-up"), "warm-up of RocksDB (in memory)");
-}
-
-namespace {
 
 absl::Status OpenRocksDbAt(const StoreOptions& o, rocksdb::DB** db,
                            std::vector<rocksdb::ColumnFamilyHandle*>* cfs) {
@@ -500,14 +465,6 @@ uint64_t Store::last_version() {
   return last_version_;
 }
 
-absl::Status Store::FlushDb() {
-  absl::ReaderMutexLock d(&db_mu_);
-  if (db_ == nullptr) return absl::FailedPreconditionError("database not open");
-  rocksdb::FlushOptions fo;
-  fo.wait = true;
-  return FromRocks(db_->Flush(fo, cfs_), "flush database");
-}
-
 absl::Status Store::ReleaseDbForHandoff() {
   absl::MutexLock w(&write_mu_);
   absl::MutexLock d(&db_mu_);
@@ -522,10 +479,10 @@ absl::Status Store::ReleaseDbForHandoff() {
 absl::Status Store::CloseReleasedDb() {
   absl::MutexLock r(&released_mu_);
   if (released_db_ == nullptr) return absl::OkStatus();
-  // No flush here: the caller pre-flushed while writes still flowed; the few
-  // writes since are in the WAL (in the OS's page cache even without
-  // sync_writes), which the next open replays into its memtable
-  // (avoid_flush_during_recovery).
+  // No flush: the memtable's writes are in the WAL (in the OS's page cache
+  // even without sync_writes), which the next open replays into its memtable
+  // (avoid_flush_during_recovery); the new process journals writes meanwhile,
+  // so the close is not on any client's path.
   CloseRocksDbHandles(options_.db_path, released_db_, &released_cfs_);
   released_db_ = nullptr;
   return absl::OkStatus();

@@ -53,7 +53,7 @@ struct ServerOptions {
   // 1..64; a PUT of a new key past it is REJECTED (docs/format.md). Default 16.
   uint32_t max_chain_buckets = 16;
   // --upgrade_journal_mb. Size of the write journal a new process writes to
-  // during a live upgrade's writer switch, created (zero-filled) before it
+  // during a live upgrade's writer switch, created (allocated) before it
   // says Ready; a write that does not fit waits (BUSY) for RocksDB. 2..4096.
   // Default 32.
   uint32_t upgrade_journal_mb = 32;

@@ -145,8 +145,6 @@ class Server {
   // file or the admin socket path (they belong to the new process now).
   void MarkHandedOff();
   void SetUpgradeInProgress(bool in_progress);
-  // Any thread: Store::FlushDb (the pre-flush before pausing writes).
-  [[nodiscard]] absl::Status FlushDb();
   // Before Run(): extra rows for `stats` (object "upgrade") and `metrics`,
   // gathered on the control thread at each request.
   void SetExtraStats(std::function<std::vector<ExtraStat>()> f);

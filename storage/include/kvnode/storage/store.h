@@ -21,7 +21,6 @@
 //                            N can register it and serve Get from the arena.
 //   N: PrepareJournal()      creates the write journal (journal.h), off the
 //                            write path
-//   O: FlushDb()             optional pre-flush while still serving writes
 //   O: ReleaseDbForHandoff() stops writes and every use of RocksDB here; the
 //                            database stays open (its LOCK held) until
 //                            CloseReleasedDb(); the arena stays mapped, readable
@@ -112,7 +111,7 @@ struct StoreOptions {
   uint64_t reuse_grace_us = 50000;
   // A Get served from RocksDB brings the key back into the arena (may evict).
   bool promote_on_get = true;
-  // Size of the write journal of a live upgrade (zero-filled when created):
+  // Size of the write journal of a live upgrade (allocated when created):
   // a write that does not fit waits (Unavailable) for RocksDB.
   uint64_t journal_bytes = uint64_t{32} << 20;
 
@@ -166,12 +165,6 @@ class Store {
   // arena or (re)builds one from RocksDB. An arena of another user, or with
   // group/other permissions, is an error (never rebuilt over).
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<Store>> Open(const StoreOptions& options);
-  // Runs RocksDB's open, WAL-replay, write and read paths once on a small
-  // in-memory database (rocksdb::NewMemEnv; no file is touched), so that a
-  // later OpenDb() pays no first-use costs: code paged in, lazy static state
-  // and thread pools initialised (under emulation, code translated). Live
-  // upgrade, new side, before it says Ready.
-  [[nodiscard]] static absl::Status WarmUpDbCode();
   // Live upgrade, new side: maps the existing arena only (O(1), no data read).
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<Store>> AttachLive(
       const StoreOptions& options);
@@ -185,7 +178,7 @@ class Store {
   // arena's generation is not the database's.
   [[nodiscard]] absl::Status OpenDb();
   // Live upgrade, new side, before the writer switch: creates the write
-  // journal (WriteJournal::Create, zero-filled to journal_bytes).
+  // journal (WriteJournal::Create, allocated to journal_bytes).
   [[nodiscard]] absl::Status PrepareJournal();
   // Live upgrade, new side, at the writer switch (the old side released the
   // database): this process becomes the arena's only writer, versions go on
@@ -194,15 +187,13 @@ class Store {
   // RocksDB knows (a lossy index chain) is Unavailable until then, as is a
   // Get of a key not resident in the arena.
   [[nodiscard]] absl::Status BecomeJournalWriter(uint64_t last_version);
-  // Flushes the memtable (makes the next open fast).
-  [[nodiscard]] absl::Status FlushDb();
   // Live upgrade, old side: waits for in-flight writes, refuses new ones and
   // every later use of RocksDB by this process (Get of a non-resident key is
   // Unavailable), but keeps the database open (fast; a failed handoff takes
   // it back without an open). The arena stays mapped and readable.
   [[nodiscard]] absl::Status ReleaseDbForHandoff();
-  // Closes the database ReleaseDbForHandoff kept open, without a flush
-  // (FlushDb before, while writes flow; the rest is in the WAL). OK if none.
+  // Closes the database ReleaseDbForHandoff kept open, without a flush (the
+  // next open replays the WAL). OK if none.
   [[nodiscard]] absl::Status CloseReleasedDb();
   // ReleaseDbForHandoff, then CloseReleasedDb.
   [[nodiscard]] absl::Status CloseDbForHandoff();
