@@ -10,8 +10,24 @@
 #
 #   deploy/bench.sh [--sizes 16,1024] [--depths 1,8,32] [--reps 3] [--duration 2]
 #                   [--keys 5000] [--spin N] [--short_duration 1] [--out DIR]
-#                   [--no-build] [--two-host]
+#                   [--no-build] [--two-host] [--parts lat,put_scale]
+#                   [--put_scale 1x1,8x8] [--put_size 64] [--put_duration 3]
+#                   [--redis_aof 1] [--perf]
 #   e.g. one size at depth 1, quickly: deploy/bench.sh --no-build --sizes 16 --depths 1 --reps 1
+#   only the PUT scaling and Redis AOF part, one rep:
+#     deploy/bench.sh --no-build --parts put_scale --reps 1
+#
+# --parts: lat = the perftest comparison below (every size and depth);
+# put_scale = PUT rate against the number of writers, and against Redis with
+# AOF fsync always: for each CLIENTSxDEPTH of --put_scale, kvload write-only
+# (--read_ratio 0, uniform over --keys preloaded keys of --put_size B, CLIENTS
+# sessions driven by ONE thread, DEPTH PUTs outstanding each, --put_duration
+# s) on the same node (--sync_writes=true), then `redis-benchmark -t set -c
+# CLIENTS -P DEPTH -d SIZE -r KEYS` against a redis-server with `appendonly
+# yes, appendfsync always` whose AOF is on the node's file system (the
+# guest's tmpfs), alternating rep by rep. --redis_aof 0 leaves Redis out;
+# --perf then runs each configuration once more under `perf record -a -g`
+# (cpu-clock; whole guest), reports in DIR/perf/. Not with --two-host.
 #
 # --two-host: across a link instead of over loopback, always in
 # `deploy/rxe-vm --two-host`: kvnode and every perftest server on guest
@@ -71,6 +87,12 @@ mix=""
 cdf=0
 deadline=0
 two_host=0
+parts=lat,put_scale
+put_scale=1x1,8x8
+put_size=64
+put_duration=3
+redis_aof=1
+do_perf=0
 while (($#)); do
   case "$1" in
     --sizes) sizes=$2; shift 2 ;;
@@ -87,7 +109,13 @@ while (($#)); do
     --cdf) cdf=1; shift ;;
     --deadline) deadline=$2; shift 2 ;;
     --two-host) two_host=1; shift ;;
-    -h | --help) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --parts) parts=$2; shift 2 ;;
+    --put_scale) put_scale=$2; shift 2 ;;
+    --put_size) put_size=$2; shift 2 ;;
+    --put_duration) put_duration=$2; shift 2 ;;
+    --redis_aof) redis_aof=$2; shift 2 ;;
+    --perf) do_perf=1; shift ;;
+    -h | --help) sed -n '2,46p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -103,8 +131,13 @@ if ((!inner)); then
     cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
     cmake --build "$build" -j 2 --target kvnode kvload kvctl kvnode_admin_request
   fi
+  echo "load_start=$(cut -d' ' -f1-3 /proc/loadavg)" >"$out/bench-host.txt"
+  echo "command=deploy/bench.sh $bench_args" >>"$out/bench-host.txt"
   args=(--inner --sizes "$sizes" --depths "$depths" --reps "$reps" --duration "$duration"
-    --keys "$keys" --spin "$spin" --short_duration "$short_duration" --out "$out")
+    --keys "$keys" --spin "$spin" --short_duration "$short_duration" --out "$out"
+    --parts "$parts" --put_scale "$put_scale" --put_size "$put_size"
+    --put_duration "$put_duration" --redis_aof "$redis_aof")
+  ((do_perf)) && args+=(--perf)
   rc=0
   if ((two_host)); then
     deploy/rxe-vm --two-host --rw "$build" --rw "$out" -- env KVNODE_BUILD_DIR="$build" \
@@ -115,8 +148,13 @@ if ((!inner)); then
     deploy/rxe-vm --rw "$build" --rw "$out" -- env KVNODE_BUILD_DIR="$build" \
       "$repo/deploy/bench.sh" "${args[@]}" || rc=$?
   fi
+  echo "load_end=$(cut -d' ' -f1-3 /proc/loadavg)" >>"$out/bench-host.txt"
   ((rc == 0)) || echo "bench: the measuring run exited $rc; tabulating what it recorded" >&2
   python3 deploy/plot-bench.py summary "$out"
+  if [[ ,$parts, == *,put_scale,* ]] && ((!two_host)); then
+    python3 deploy/plot-bench.py put-scale-md "$out" >"$out/put-scale.md" &&
+      echo "bench: PUT scaling and Redis AOF tables (markdown): $out/put-scale.md"
+  fi
   if ((two_host)); then
     [[ -f $out/rdv/counters.txt ]] && sed 's/^/rxe0 counters: /' "$out/rdv/counters.txt"
     python3 deploy/plot-bench.py two-host-md "$out" --command "deploy/bench.sh $bench_args" \
@@ -234,14 +272,16 @@ kvload_run() {
   [[ $wl == W ]] && wlflag=(--read_ratio 0) # write-only: PUT latency and rate
   local dur=$short_duration
   [[ ($cell == C-uniform || $cell == C-nocache) && $depth == 1 ]] && dur=$duration
-  "$KV_KVLOAD" "${kvload_common[@]}" --value_size "$size" --depth "$depth" \
-    "${wlflag[@]}" --distribution "$dist" --duration "$dur" --seed "$rep" \
-    --report "$out/kvload/$base.json" "$@" >"$out/kvload/$base.log" 2>&1 || rc=$?
+  [[ $cell == P-* ]] && dur=$put_duration
+  local -a cmd=("$KV_KVLOAD" "${kvload_common[@]}" --value_size "$size" --depth "$depth"
+    "${wlflag[@]}" --distribution "$dist" --duration "$dur" --seed "$rep"
+    --report "$out/kvload/$base.json" "$@")
+  "${cmd[@]}" >"$out/kvload/$base.log" 2>&1 || rc=$?
   local cdf_field="" a
   for a in "$@"; do
     [[ $a == --latency_cdf=* ]] && cdf_field=",\"cdf\":\"kvload/${a##*/}\""
   done
-  record "{\"kind\":\"kvload\",\"cell\":\"$cell\",\"workload\":\"$wl\",\"dist\":\"$dist\",\"size\":$size,\"depth\":$depth,\"rep\":$rep,\"rc\":$rc,\"report\":\"kvload/$base.json\",\"log\":\"kvload/$base.log\"$cdf_field,\"wall_s\":$(since "$t0")}"
+  record "{\"kind\":\"kvload\",\"cell\":\"$cell\",\"workload\":\"$wl\",\"dist\":\"$dist\",\"size\":$size,\"depth\":$depth,\"rep\":$rep,\"rc\":$rc,\"report\":\"kvload/$base.json\",\"log\":\"kvload/$base.log\"$cdf_field,\"command\":\"kvload ${cmd[*]:1}\",\"wall_s\":$(since "$t0")}"
   ((rc == 0)) || kv_log "kvload $base exited $rc: $(tail -n 3 "$out/kvload/$base.log" | tr '\n' ' ')"
 }
 
@@ -365,6 +405,7 @@ fi
 
 # Rough cost of one rep of one size, to stop before the deadline.
 rep_cost=$((60 + 10 * $(tr ',' '\n' <<<"$depths" | wc -l)))
+[[ ,$parts, == *,lat,* ]] || sizes=""
 for size in ${sizes//,/ }; do
   if ! in_budget 30; then
     skip "size $size (all reps)"
@@ -407,6 +448,102 @@ for size in ${sizes//,/ }; do
     fi
   done
 done
+
+# --- PUT rate against the number of writers, and against Redis AOF always.
+# Every configuration runs on the node above (--sync_writes=true: a PUT is
+# acknowledged once its RocksDB write is synced) and on one redis-server
+# with `appendfsync always` (a SET is answered once the AOF is fsynced),
+# rep by rep, so host load drifts hit both alike.
+redis_aof_start() {
+  rdir=$KV_DIR/redis-aof # on the file system of the node's RocksDB
+  mkdir -p "$rdir"
+  rport=16380
+  redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly yes \
+    --appendfsync always --dir "$rdir" --daemonize no --logfile "$out/redis-aof/server.log" &
+  rpid=$!
+  kv_wait_for 30 port_listening "$rport" || { kv_log "redis-server (AOF) did not listen"; return 1; }
+  record "{\"kind\":\"redis_aof_server\",\"fs_redis\":\"$(stat -f -c %T "$rdir")\",\"fs_rocksdb\":\"$(stat -f -c %T "$KV_DIR/db")\",\"args\":\"--appendonly yes --appendfsync always --save ''\"}"
+}
+# redis-benchmark has no --duration: a short calibration run (unrecorded)
+# per configuration sets -n to about --put_duration s of SETs.
+declare -A redis_n=()
+redis_aof_run() { # CLIENTS DEPTH REP
+  local c=$1 d=$2 rep=$3 f rc=0 t0 n rps
+  local -a rb=(redis-benchmark -h 127.0.0.1 -p "$rport" -t set -d "$put_size" -r "$keys"
+    -c "$c" -P "$d" --csv)
+  n=${redis_n[$c.$d]:-}
+  if [[ -z $n ]]; then
+    rps=$("${rb[@]}" -n $((200 * c * d)) 2>/dev/null | awk -F'"' '$2 == "SET" {print int($4)}')
+    n=$((${rps:-0} * put_duration))
+    ((n >= 100 * c * d)) || n=$((100 * c * d))
+    ((n <= 500000)) || n=500000
+    redis_n[$c.$d]=$n
+  fi
+  f=redis-aof/c$c-P$d-s$put_size-r$rep.csv
+  t0=$(now_ms)
+  "${rb[@]}" -n "$n" >"$out/$f" 2>"$out/$f.err" || rc=$?
+  record "{\"kind\":\"redis_aof\",\"size\":$put_size,\"clients\":$c,\"depth\":$d,\"rep\":$rep,\"n\":$n,\"rc\":$rc,\"csv\":\"$f\",\"command\":\"${rb[*]} -n $n\",\"wall_s\":$(since "$t0")}"
+}
+if [[ ,$parts, == *,put_scale,* ]] && ((two_host)); then
+  kv_log "put_scale: loopback only (not with --two-host); skipped"
+elif [[ ,$parts, == *,put_scale,* ]]; then
+  if in_budget 60; then
+    mkdir -p "$out/redis-aof" "$out/perf"
+    rpid=""
+    if ((redis_aof)) && command -v redis-server >/dev/null; then
+      redis_aof_start || { kill "$rpid" 2>/dev/null || true; rpid=""; }
+    fi
+    preload "$put_size"
+    for ((rep = 1; rep <= reps; rep++)); do
+      for cd in ${put_scale//,/ }; do
+        c=${cd%x*} d=${cd#*x}
+        if ! in_budget $((put_duration * 2 + 20)); then
+          skip "put_scale ${c}x$d rep $rep"
+          continue
+        fi
+        kvload_run "P-c$c" W uniform "$put_size" "$d" "$rep" --clients "$c" --threads 1
+        [[ -n $rpid ]] && redis_aof_run "$c" "$d" "$rep"
+      done
+    done
+    # Profiles: each configuration once more under perf, after the measured
+    # reps (perf's own cost would skew them), recorded apart (cell P-perf-cN).
+    if ((do_perf)) && command -v perf >/dev/null; then
+      for cd in ${put_scale//,/ }; do
+        c=${cd%x*} d=${cd#*x}
+        if ! in_budget $((put_duration + 30)); then
+          skip "perf of put_scale ${c}x$d"
+          continue
+        fi
+        # Whole guest (node, kvload, rxe in the kernel): cpu-clock, as TCG
+        # has no hardware counters. The data file on the guest's tmpfs: perf
+        # cannot mmap one on the host directories the guest mounts.
+        perf record -a -g -e cpu-clock -F 499 -o "$KV_DIR/perf.data" \
+          >"$out/perf/record-c$c-d$d.log" 2>&1 &
+        perf_pid=$!
+        kvload_run "P-perf-c$c" W uniform "$put_size" "$d" 0 --clients "$c" --threads 1
+        kill -INT "$perf_pid" 2>/dev/null || true
+        wait "$perf_pid" 2>/dev/null || true
+        # CPU by thread; then by function (self); then the node's functions
+        # with their callees (children): where its time per PUT goes.
+        {
+          perf report -i "$KV_DIR/perf.data" --stdio --no-children -g none --sort comm
+          perf report -i "$KV_DIR/perf.data" --stdio --no-children -g none \
+            --sort comm,dso,sym --percent-limit 0.5
+          perf report -i "$KV_DIR/perf.data" --stdio --children -g none --sort sym \
+            --pid "$KV_PID" --percent-limit 2
+        } >"$out/perf/put-c$c-d$d.txt" 2>&1 || true
+        record "{\"kind\":\"perf\",\"what\":\"whole guest during kvload ${c} client(s) x depth $d (an extra, unmeasured run)\",\"report\":\"perf/put-c$c-d$d.txt\"}"
+      done
+    fi
+    if [[ -n $rpid ]]; then
+      kill "$rpid" 2>/dev/null || true
+      wait "$rpid" 2>/dev/null || true
+    fi
+  else
+    skip "put_scale (all)"
+  fi
+fi
+
 if ((two_host)); then
   th_counters_report "bench"
   th_put done

@@ -3,6 +3,7 @@
 
   deploy/plot-bench.py summary DIR        the kvnode/perftest ratios on stdout
   deploy/plot-bench.py report DIR --md docs/BENCHMARKS.md --plots docs/bench
+  deploy/plot-bench.py put-scale-md DIR   the PUT scaling / Redis AOF tables alone
 
 DIR holds runs.jsonl (one record per run, written by the bench scripts) and
 the raw files the records point at: perftest client logs, kvload --report
@@ -119,7 +120,7 @@ def kv_fig(d, rec):
             "put": lat.get("write", {}), "failed": r.get("failed_ops", 0),
             "client": r.get("client", {}), "ops": r.get("ops", 0), "rc": rec.get("rc", 0),
             "cpu_client": r.get("cpu", {}).get("client_us_per_op"),
-            "cpu_node": r.get("cpu", {}).get("node_us_per_op")}
+            "cpu_node": r.get("cpu", {}).get("node_us_per_op"), "command": rec.get("command")}
 
 
 class Data:
@@ -159,7 +160,9 @@ class Data:
                 self.kv.setdefault((r["cell"], r["size"], r["depth"]), {})[r["rep"]] = f
                 if r.get("cdf"):
                     self.cdf[r["size"]] = os.path.join(d, r["cdf"])
-        self.sizes = sorted({k[1] for k in self.kv} | {k[1] for k in self.pt})
+        # P-cN cells (PUT scaling, N clients) have tables of their own.
+        self.sizes = sorted({k[1] for k in self.kv if not k[0].startswith("P-")} |
+                            {k[1] for k in self.pt})
         self.depths = sorted({k[2] for k in self.kv if k[0] == "C-uniform"} |
                              {k[2] for k in self.pt if k[0] == "ib_read_bw"})
 
@@ -359,6 +362,11 @@ def summary(d):
                 "1 / ops/s on its core)",
                 ["op", "value", "depth", "ops/s", "client CPU µs/op", "node CPU µs/op"],
                 cpu_rows(D))
+    rows, t3 = put_scale_rows(D)
+    if rows:
+        print_table(PUT_SCALE_TITLE + " (one node, --sync_writes=true)", PUT_SCALE_HEADER, rows)
+        print_table("PUT targets", ["target", "measured", "goal", "verdict"],
+                    [[a, fratio(b), c, v] for a, b, c, v in t3])
     if D.skipped:
         print("skipped for time: " + "; ".join(D.skipped))
     if D.failed:
@@ -453,11 +461,12 @@ def print_table(title, header, rows):
 # the other parts of bench-all
 
 
-def redis_data(D):
-    """(size, clients) -> {"SET"/"GET": {rep: (rps, p50_us)}}"""
+def redis_data(D, kind="redis"):
+    """(size, clients) -> {"SET"/"GET": {rep: (rps, p50_us)}}; kind "redis_aof":
+    (size, clients, depth) -> the same."""
     out = {}
     for r in D.runs:
-        if r["kind"] != "redis":
+        if r["kind"] != kind:
             continue
         try:
             lines = open(os.path.join(D.dir, r["csv"])).read().splitlines()
@@ -467,8 +476,10 @@ def redis_data(D):
         for line in lines:
             f = [x.strip('"') for x in line.split(",")]
             if len(f) >= 5 and f[0] in ("SET", "GET"):
+                key = (r["size"], r["clients"]) if kind == "redis" else (
+                    r["size"], r["clients"], r["depth"])
                 try:
-                    out.setdefault((r["size"], r["clients"]), {}).setdefault(f[0], {})[r["rep"]] = (
+                    out.setdefault(key, {}).setdefault(f[0], {})[r["rep"]] = (
                         float(f[1]), float(f[4]) * 1000)
                 except ValueError:
                     pass
@@ -492,6 +503,94 @@ def redis_rows(D):
                          fstat(stat(kops.values())), fstat(stat(rrps.values())),
                          fratio(ratio_stat(kops, rrps))])
     return rows
+
+
+TARGET_PUT_SCALE = 6.0
+TARGET_PUT_REDIS = 1.5
+
+
+def put_scale_data(D):
+    """PUT scaling cells {(size, clients, depth): {rep: figures}}, the base
+    (fewest operations outstanding) configuration of each size, and Redis
+    AOF-always SETs {(size, clients, depth): {rep: (rps, p50_us)}}."""
+    cells = {}
+    for (cell, size, depth), reps in D.kv.items():
+        if cell.startswith("P-c"):
+            cells[(size, int(cell[3:]), depth)] = reps
+    base = {}
+    for (size, c, d) in sorted(cells, key=lambda k: (k[0], k[1] * k[2])):
+        base.setdefault(size, (size, c, d))
+    red = {k: v.get("SET", {}) for k, v in redis_data(D, "redis_aof").items()}
+    return cells, base, red
+
+
+def put_scale_rows(D):
+    cells, base, red = put_scale_data(D)
+    rows, targets = [], []
+    for key in sorted(set(cells) | set(red), key=lambda k: (k[0], k[1] * k[2])):
+        size, c, d = key
+        kv = cells.get(key, {})
+        ops = pick(kv, "ops_per_s")
+        b = base.get(size)
+        scale = ratio_stat(ops, pick(cells[b], "ops_per_s")) if b and key != b else None
+        rrps = {k: v[0] for k, v in red.get(key, {}).items()}
+        vs_redis = ratio_stat(ops, rrps)
+        rows.append([f"{size} B", c, d, c * d, fstat(stat(ops.values())),
+                     fstat(stat(pick(kv, "put", "p50").values())),
+                     fstat(stat(pick(kv, "cpu_node").values())),
+                     fratio(scale) if key != b else "1 (base)",
+                     fstat(stat(rrps.values())), fratio(vs_redis),
+                     verdict(vs_redis, TARGET_PUT_REDIS, le=False)])
+        if b and key != b:
+            targets.append((f"PUT ops/s, {c} clients x depth {d} / {b[1]} client(s) x depth "
+                            f"{b[2]}, {size} B, --sync_writes=true", scale,
+                            f"≥ {TARGET_PUT_SCALE:g}x",
+                            verdict(scale, TARGET_PUT_SCALE, le=False)))
+        targets.append((f"PUT ops/s / Redis SET ops/s (AOF fsync always), {c} client(s) x "
+                        f"depth {d}, {size} B", vs_redis, f"≥ {TARGET_PUT_REDIS:g}x",
+                        verdict(vs_redis, TARGET_PUT_REDIS, le=False)))
+    return rows, targets
+
+
+PUT_SCALE_HEADER = ["value", "clients", "depth", "outstanding", "PUT ops/s", "PUT p50 µs",
+                    "node CPU µs/PUT", "PUT ops/s / base", "Redis AOF-always SET ops/s",
+                    "kvnode / Redis", f"≥ {TARGET_PUT_REDIS:g}x"]
+PUT_SCALE_TITLE = "PUT scaling with writers, and against Redis with AOF fsync always"
+
+
+def put_scale_md(D, level="##"):
+    """The PUT scaling and Redis AOF-always section (markdown lines), or []."""
+    rows, targets = put_scale_rows(D)
+    if not rows:
+        return []
+    cells, base, red = put_scale_data(D)
+    big = max(cells, key=lambda k: k[1] * k[2], default=None)
+    kcmd = next((f["command"] for f in cells.get(big, {}).values() if f.get("command")), None)
+    rcmds = sorted({r.get("command", "") for r in D.runs if r["kind"] == "redis_aof"} - {""})
+    srv = next((r for r in D.runs if r["kind"] == "redis_aof_server"), {})
+    nreps = max((len(v) for v in cells.values()), default=0)
+    L = [f"{level} {PUT_SCALE_TITLE}\n",
+         "One kvnode (`--sync_writes=true`: a PUT is answered once its RocksDB write is in the "
+         "synced WAL) and one `redis-server --appendonly yes --appendfsync always --save ''` "
+         "(a SET is answered once the AOF is fsynced), writing to the same file system "
+         f"(RocksDB: {srv.get('fs_rocksdb', '?')}, AOF: {srv.get('fs_redis', '?')}) in the same "
+         "guest, alternating configuration by configuration. kvnode: kvload write-only "
+         "(`--read_ratio 0`), uniform keys, CLIENTS sessions (one QP each) driven by ONE thread, "
+         "DEPTH PUTs outstanding per session. Redis: `redis-benchmark -t set -c CLIENTS -P DEPTH` "
+         "(one thread, CLIENTS connections, DEPTH pipelined SETs on each), the same key count "
+         "and value size (its keys, `key:` and 12 digits, are 16 B like kvload's). "
+         f"{nreps} rep(s) per figure: median [min–max]; ratios are medians of per-rep ratios.\n"]
+    L.append(md_table(PUT_SCALE_HEADER, rows) + "\n")
+    L.append(md_table(["target", "measured", "goal", "verdict"],
+                      [[a, fratio(b), c, v] for a, b, c, v in targets]) + "\n")
+    if kcmd:
+        L.append(f"kvload (largest configuration): `{kcmd}`\n")
+    for rc in rcmds:
+        L.append(f"Redis: `{rc}`\n")
+    for r in D.runs:
+        if r["kind"] == "perf":
+            L.append(f"Profile: `{r['report']}` in the run's directory ({r['what']}).\n")
+    return L
 
 
 RB_ROW = re.compile(r"^(.*?)\s+(yes|no)\s+([\d.]+|-)\s+([\d.]+)?")
@@ -844,7 +943,8 @@ def report(d, md_path, plots):
     w(md_table(["value", "PUT p50 µs", "ib_send_lat p50 µs", "PUT / send_lat", "PUT / (2 x send_lat)",
                 "PUT ops/s"], put_rows(D)))
 
-    mix = sorted({(k[1], k[2]) for k in D.kv if k[0] not in ("C-uniform", "W-uniform")})
+    mix = sorted({(k[1], k[2]) for k in D.kv
+                  if k[0] not in ("C-uniform", "W-uniform", "C-nocache") and not k[0].startswith("P-")})
     if mix:
         w("\n## Workloads A, B, C, uniform and zipfian (θ 0.99)\n")
         rows = []
@@ -872,6 +972,10 @@ def report(d, md_path, plots):
         w(md_table(["value", "N", "op", "kvnode p50 µs", "Redis p50 µs", "kvnode / Redis",
                     "kvnode ops/s", "Redis ops/s", "kvnode / Redis"], rrows))
 
+    ps = put_scale_md(D)
+    if ps:
+        w("")
+        L += ps
     up = upgrade_section(D)
     w("\n## Live upgrade against a naive restart\n")
     if up:
@@ -967,7 +1071,7 @@ def report(d, md_path, plots):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("mode", choices=["summary", "report", "two-host-md"])
+    ap.add_argument("mode", choices=["summary", "report", "two-host-md", "put-scale-md"])
     ap.add_argument("dir")
     ap.add_argument("--md", default="docs/BENCHMARKS.md")
     ap.add_argument("--plots", default="docs/bench")
@@ -977,6 +1081,10 @@ def main():
         return summary(a.dir)
     if a.mode == "two-host-md":
         return two_host_md(a.dir, a.command)
+    if a.mode == "put-scale-md":
+        # For a hand-written section: the same tables one level down.
+        print("\n".join(put_scale_md(Data(a.dir), "###")).rstrip())
+        return 0
     return report(a.dir, a.md, a.plots)
 
 
