@@ -17,6 +17,10 @@
 #       targets' sizes: perftest ib_read_lat / ib_send_lat / ib_read_bw (-t D -o D)
 #       and kvload (workload C uniform, and write-only) on one kvnode, depths
 #       1, 8, 32, GET latency CDFs;
+#   1c. deploy/bench.sh --inner --parts put_scale: PUT ops/s of 1 client at
+#       depth 1 and of 8 clients x depth 8 (64 B, --sync_writes=true), each
+#       beside redis-benchmark SET -c CLIENTS -P DEPTH against a Redis with
+#       `appendonly yes, appendfsync always`, rep by rep;
 #   2.  deploy/bench-upgrade.sh (live upgrade vs naive restart at
 #       1e5 keys with three events per run, for the timeline plot, and at
 #       1e6 keys with one; keys preloaded by kvfill) when present;
@@ -25,7 +29,7 @@
 #       connections;
 #   1b. the same as 1a at 64 B and 4 KiB, and the A/B/C x uniform/zipfian
 #       grid at 64 B, depth 8.
-# --budget (default 1140 s = 19 min) bounds the session: what would start
+# --budget (default 1320 s = 22 min) bounds the session: what would start
 # after it is skipped and listed as cut in BENCHMARKS.md, so the command
 # always finishes on its own. Raw output stays in DIR (default
 # build-bench/bench/all-<date>); `deploy/plot-bench.py report DIR` redoes the
@@ -37,7 +41,7 @@ cd "$repo"
 source deploy/lib.sh
 
 build=${KVNODE_BUILD_DIR:-$repo/build-bench}
-budget=1140
+budget=1320 # 1140 before part 1c (~3 min)
 out=""
 md=$repo/docs/BENCHMARKS.md
 plots=$repo/docs/bench
@@ -69,6 +73,12 @@ MIX=64:8
 RDMA_MIB=64
 REDIS_N1=500   # requests per redis-benchmark test with 1 connection
 REDIS_N32=2000 # ... with 32
+# 1c: CLIENTSxDEPTH configurations of kvnode PUTs and Redis AOF-always SETs,
+# the value size, and seconds per run (~25 s per configuration and rep under
+# TCG with kvload's connects and Redis's calibration run).
+PUT_SCALE=1x1,8x8
+PUT_SIZE=64
+PUT_S=3
 # 1e5 and 1e6 keys: the arena rebuild a naive restart pays grows with the keys,
 # a live upgrade's should not. KEYS:N = N events per run: three live upgrades
 # (and three naive restarts) in one run at 1e5 keys make the timeline
@@ -91,7 +101,7 @@ RDMA_RUNS=3
 REDIS_SIZES="${SIZES_A//,/ } ${SIZES_B//,/ }"
 if ((quick)); then
   SIZES_A=16 SIZES_B=64 DEPTHS=1,8 REPS=1 RDMA_RUNS=1 REDIS_SIZES=16
-  UPGRADE_KEYS="2000:3 5000:1" UPGRADE_MAX_S=200
+  UPGRADE_KEYS="2000:3 5000:1" UPGRADE_MAX_S=200 PUT_S=1
 fi
 
 log() { echo "[bench-all $(date +%H:%M:%S)] $*" >&2; }
@@ -136,11 +146,19 @@ if ((inner)); then
   # 3. rdma_bench; 4. Redis; 1b. the other sizes and the workload grid.
   nredis=$(($(wc -w <<<"$REDIS_SIZES") * REPS * 2))
   later=$((RDMA_RUNS * 40 + nredis * 6)) # what parts 3 and 4 need
-  reserve=$((later + 30))
+  put_cost=$((30 + REPS * $(tr ',' '\n' <<<"$PUT_SCALE" | wc -l) * (2 * PUT_S + 20)))
+  reserve=$((later + put_cost + 30))
   [[ -x deploy/bench-upgrade.sh ]] && reserve=$((reserve + UPGRADE_MAX_S))
   log "1a. kvnode vs perftest: ${SIZES_A} B"
   deploy/bench.sh --inner --out "$out" --sizes "$SIZES_A" --depths "$DEPTHS" --reps "$REPS" \
-    --duration 2 --keys 5000 --cdf --deadline $((deadline - reserve)) ||
+    --duration 2 --keys 5000 --cdf --deadline $((deadline - reserve)) --parts lat ||
+    log "bench.sh exited $? (continuing with the other parts)"
+
+  # 1c. PUT scaling with writers, and against Redis with AOF fsync always.
+  log "1c. PUT scaling and Redis AOF always: $PUT_SCALE, $PUT_SIZE B"
+  deploy/bench.sh --inner --out "$out" --parts put_scale --put_scale "$PUT_SCALE" \
+    --put_size "$PUT_SIZE" --put_duration "$PUT_S" --reps "$REPS" --keys 5000 \
+    --deadline $((deadline - reserve + put_cost)) ||
     log "bench.sh exited $? (continuing with the other parts)"
 
   # 2. The live-upgrade benchmark (its own script), when it exists.
@@ -238,7 +256,7 @@ if ((inner)); then
   if in_budget 120; then
     log "1b. kvnode vs perftest: ${SIZES_B} B, workload grid at $MIX"
     deploy/bench.sh --inner --out "$out" --sizes "$SIZES_B" --depths "$DEPTHS" --reps "$REPS" \
-      --duration 2 --keys 5000 --mix "$MIX" --deadline "$deadline" ||
+      --duration 2 --keys 5000 --mix "$MIX" --deadline "$deadline" --parts lat ||
       log "bench.sh exited $? (continuing)"
   else
     skip "sizes $SIZES_B and the workload grid"
