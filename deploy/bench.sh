@@ -379,7 +379,7 @@ mix_size=${mix%%:*}
 mix_depth=${mix##*:}
 ((two_host)) && dev="$dev (two hosts: eth0 $RXE_VM_ADDR to $RXE_VM_PEER)"
 kv_log "device $dev (GID index $gid); sizes $sizes, depths $depths, $reps reps, ${duration}s per kvload run, --spin $spin"
-record "{\"kind\":\"config\",\"device\":\"$dev\",\"gid_index\":$gid,\"sizes\":[$sizes],\"depths\":[$depths],\"reps\":$reps,\"duration_s\":$duration,\"short_duration_s\":$short_duration,\"keys\":$keys,\"mix\":\"$mix\",\"spin\":$spin}"
+record "{\"kind\":\"config\",\"device\":\"$dev\",\"gid_index\":$gid,\"sizes\":[$sizes],\"depths\":[$depths],\"reps\":$reps,\"duration_s\":$duration,\"short_duration_s\":$short_duration,\"keys\":$keys,\"mix\":\"$mix\",\"spin\":$spin,\"parts\":\"$parts\",\"put_scale\":\"$put_scale\",\"put_size\":$put_size,\"put_duration_s\":$put_duration}"
 # The node: defaults but a small arena (every value size fits with $keys
 # keys) and RocksDB on the guest's tmpfs; writes are synced (the default).
 t0=$(now_ms)
@@ -484,6 +484,17 @@ redis_aof_run() { # CLIENTS DEPTH REP
   "${rb[@]}" -n "$n" >"$out/$f" 2>"$out/$f.err" || rc=$?
   record "{\"kind\":\"redis_aof\",\"size\":$put_size,\"clients\":$c,\"depth\":$d,\"rep\":$rep,\"n\":$n,\"rc\":$rc,\"csv\":\"$f\",\"command\":\"${rb[*]} -n $n\",\"wall_s\":$(since "$t0")}"
 }
+# Runs a command with kvload_common's --clients set to $1 (still one thread).
+with_clients() {
+  local -a saved=("${kvload_common[@]}")
+  local i
+  for i in "${!kvload_common[@]}"; do
+    [[ ${kvload_common[i]} == --clients ]] && kvload_common[i + 1]=$1
+  done
+  shift
+  "$@"
+  kvload_common=("${saved[@]}")
+}
 if [[ ,$parts, == *,put_scale,* ]] && ((two_host)); then
   kv_log "put_scale: loopback only (not with --two-host); skipped"
 elif [[ ,$parts, == *,put_scale,* ]]; then
@@ -501,7 +512,7 @@ elif [[ ,$parts, == *,put_scale,* ]]; then
           skip "put_scale ${c}x$d rep $rep"
           continue
         fi
-        kvload_run "P-c$c" W uniform "$put_size" "$d" "$rep" --clients "$c" --threads 1
+        with_clients "$c" kvload_run "P-c$c" W uniform "$put_size" "$d" "$rep"
         [[ -n $rpid ]] && redis_aof_run "$c" "$d" "$rep"
       done
     done
@@ -520,7 +531,7 @@ elif [[ ,$parts, == *,put_scale,* ]]; then
         perf record -a -g -e cpu-clock -F 499 -o "$KV_DIR/perf.data" \
           >"$out/perf/record-c$c-d$d.log" 2>&1 &
         perf_pid=$!
-        kvload_run "P-perf-c$c" W uniform "$put_size" "$d" 0 --clients "$c" --threads 1
+        with_clients "$c" kvload_run "P-perf-c$c" W uniform "$put_size" "$d" 0
         kill -INT "$perf_pid" 2>/dev/null || true
         wait "$perf_pid" 2>/dev/null || true
         # CPU by thread; then by function (self); then the node's functions

@@ -976,6 +976,7 @@ def report(d, md_path, plots):
     if ps:
         w("")
         L += ps
+        L[-1] = L[-1].rstrip("\n")
     up = upgrade_section(D)
     w("\n## Live upgrade against a naive restart\n")
     if up:
