@@ -579,6 +579,8 @@ def put_scale_md(D, level="##"):
          "DEPTH PUTs outstanding per session. Redis: `redis-benchmark -t set -c CLIENTS -P DEPTH` "
          "(one thread, CLIENTS connections, DEPTH pipelined SETs on each), the same key count "
          "and value size (its keys, `key:` and 12 digits, are 16 B like kvload's). "
+         "Node CPU per PUT: the node's /proc/PID/stat time over the run (all its threads) "
+         "divided by the PUTs. "
          f"{nreps} rep(s) per figure: median [min–max]; ratios are medians of per-rep ratios.\n"]
     L.append(md_table(PUT_SCALE_HEADER, rows) + "\n")
     L.append(md_table(["target", "measured", "goal", "verdict"],
