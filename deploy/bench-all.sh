@@ -74,8 +74,9 @@ RDMA_MIB=64
 REDIS_N1=500   # requests per redis-benchmark test with 1 connection
 REDIS_N32=2000 # ... with 32
 # 1c: CLIENTSxDEPTH configurations of kvnode PUTs and Redis AOF-always SETs,
-# the value size, and seconds per run (~25 s per configuration and rep under
-# TCG with kvload's connects and Redis's calibration run).
+# the value size, and seconds per run. A configuration and rep took ~10 s
+# under TCG (kvload's 8 connects, Redis's calibration run included); the
+# budget allows 2 x PUT_S + 20 s for a loaded host.
 PUT_SCALE=1x1,8x8
 PUT_SIZE=64
 PUT_S=3
