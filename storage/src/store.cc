@@ -465,6 +465,15 @@ uint64_t Store::last_version() {
   return last_version_;
 }
 
+absl::Status Store::StartFlush() {
+  absl::ReaderMutexLock d(&db_mu_);
+  if (db_ == nullptr) return absl::FailedPreconditionError("database not open");
+  rocksdb::FlushOptions fo;
+  fo.wait = false;
+  fo.allow_write_stall = true;  // never hold up a write for it
+  return FromRocks(db_->Flush(fo, cfs_), "start a flush of the memtable");
+}
+
 absl::Status Store::ReleaseDbForHandoff() {
   absl::MutexLock w(&write_mu_);
   absl::MutexLock d(&db_mu_);

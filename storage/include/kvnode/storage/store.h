@@ -187,6 +187,10 @@ class Store {
   // RocksDB knows (a lossy index chain) is Unavailable until then, as is a
   // Get of a key not resident in the arena.
   [[nodiscard]] absl::Status BecomeJournalWriter(uint64_t last_version);
+  // Starts a flush of the memtable in the background (returns at once), so
+  // that RocksDB's next open has little WAL to replay. Live upgrade, old
+  // side, while the new process starts.
+  [[nodiscard]] absl::Status StartFlush();
   // Live upgrade, old side: waits for in-flight writes, refuses new ones and
   // every later use of RocksDB by this process (Get of a non-resident key is
   // Unavailable), but keeps the database open (fast; a failed handoff takes
