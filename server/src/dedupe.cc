@@ -1,6 +1,7 @@
 #include "kvnode/server/dedupe.h"
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -21,8 +22,10 @@ constexpr size_t kRecordEntry = 18;  // u64 sequence, u8 opcode, u8 status, u64 
 constexpr size_t kMaxRecordEntries = 4096;
 constexpr uint8_t kFlagHasFloor = 1;
 
-void PutU64(std::string* out, uint64_t v) {
-  for (int i = 0; i < 8; ++i) out->push_back(static_cast<char>(v >> (8 * i)));
+// Writes at `p` (the string is sized first: one allocation per record).
+char* PutU64(char* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) *p++ = static_cast<char>(v >> (8 * i));
+  return p;
 }
 uint64_t GetU64(const char* p) {
   uint64_t v = 0;
@@ -44,12 +47,25 @@ void DedupeWindow::Record(const DedupeEntry& e) {
   (void)it;
   if (!inserted) return;  // same sequence answered again: keep its place
   order_.push_back(e.sequence);
+  // The entry newest_n_ places back from the end has just left Newest()'s
+  // n newest: its floor covers it from now on.
+  if (newest_n_ != kNoNewestCache && order_.size() > newest_n_) {
+    const uint64_t left = order_[order_.size() - 1 - newest_n_];
+    if (!has_newest_floor_ || left > newest_floor_) newest_floor_ = left;
+    has_newest_floor_ = true;
+  }
   while (order_.size() > capacity_) {
     const uint64_t old = order_.front();
     order_.pop_front();
     entries_.erase(old);
     if (!has_floor_ || old > floor_) floor_ = old;
     has_floor_ = true;
+    // Newest()'s floor already covers `old` unless it was one of the n
+    // newest (n >= capacity); either way it covers floor_, which now does.
+    if (newest_n_ != kNoNewestCache) {
+      if (!has_newest_floor_ || old > newest_floor_) newest_floor_ = old;
+      has_newest_floor_ = true;
+    }
   }
 }
 
@@ -70,20 +86,25 @@ DedupeWindow DedupeWindow::Import(const Exported& state, size_t capacity) {
   return w;
 }
 
-DedupeWindow::Exported DedupeWindow::Newest(size_t n) const {
-  Exported out;
-  out.has_floor = has_floor_;
-  out.floor = floor_;
+void DedupeWindow::SetNewestCache(size_t n) const {
+  newest_n_ = n;
+  has_newest_floor_ = has_floor_;
+  newest_floor_ = floor_;
   const size_t skip = order_.size() > n ? order_.size() - n : 0;
-  for (size_t i = 0; i < order_.size(); ++i) {
-    const uint64_t seq = order_[i];
-    if (i < skip) {
-      if (!out.has_floor || seq > out.floor) out.floor = seq;
-      out.has_floor = true;
-    } else {
-      out.entries.push_back(entries_.at(seq));
-    }
+  for (size_t i = 0; i < skip; ++i) {
+    if (!has_newest_floor_ || order_[i] > newest_floor_) newest_floor_ = order_[i];
+    has_newest_floor_ = true;
   }
+}
+
+DedupeWindow::Exported DedupeWindow::Newest(size_t n) const {
+  if (n != newest_n_) SetNewestCache(n);
+  Exported out;
+  out.has_floor = has_newest_floor_;
+  out.floor = newest_floor_;
+  const size_t skip = order_.size() > n ? order_.size() - n : 0;
+  out.entries.reserve(order_.size() - skip);
+  for (size_t i = skip; i < order_.size(); ++i) out.entries.push_back(entries_.at(order_[i]));
   return out;
 }
 
@@ -108,7 +129,14 @@ PersistedClient PersistedSnapshot(uint64_t client_id, const DedupeWindow& window
 }
 
 std::string ClientRecordKey(uint64_t client_id) {
-  return std::string(kClientRecordPrefix) + absl::StrFormat("%016x", client_id);
+  // By hand rather than StrFormat("%016x"): one per write, on the data thread.
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string key(kClientRecordPrefix.size() + 16, '0');
+  std::copy(kClientRecordPrefix.begin(), kClientRecordPrefix.end(), key.begin());
+  for (size_t i = key.size(); i-- > kClientRecordPrefix.size(); client_id >>= 4) {
+    key[i] = kHex[client_id & 0xf];
+  }
+  return key;
 }
 
 uint64_t ParseClientRecordKey(std::string_view key) {
@@ -130,9 +158,6 @@ uint64_t ParseClientRecordKey(std::string_view key) {
 std::string EncodeClientRecord(const PersistedClient& c) {
   const size_t n = std::min(c.window.entries.size(), kMaxRecordEntries);
   const size_t first = c.window.entries.size() - n;  // keep the newest
-  std::string out;
-  out.reserve(kRecordHeader + n * kRecordEntry);
-  out.push_back(static_cast<char>(kRecordVersion));
   uint8_t flags = c.window.has_floor ? kFlagHasFloor : 0;
   uint64_t floor = c.window.floor;
   for (size_t i = 0; i < first; ++i) {  // dropped here: the floor covers them
@@ -140,18 +165,22 @@ std::string EncodeClientRecord(const PersistedClient& c) {
                                     : c.window.entries[i].sequence;
     flags |= kFlagHasFloor;
   }
-  out.push_back(static_cast<char>(flags));
-  out.push_back(static_cast<char>(n & 0xff));
-  out.push_back(static_cast<char>(n >> 8));
-  PutU64(&out, c.written_unix_ms);
-  PutU64(&out, floor);
-  out.append(reinterpret_cast<const char*>(c.secret.data()), c.secret.size());
+  std::string out(kRecordHeader + n * kRecordEntry, '\0');
+  char* p = out.data();
+  *p++ = static_cast<char>(kRecordVersion);
+  *p++ = static_cast<char>(flags);
+  *p++ = static_cast<char>(n & 0xff);
+  *p++ = static_cast<char>(n >> 8);
+  p = PutU64(p, c.written_unix_ms);
+  p = PutU64(p, floor);
+  std::memcpy(p, c.secret.data(), c.secret.size());
+  p += c.secret.size();
   for (size_t i = first; i < c.window.entries.size(); ++i) {
     const DedupeEntry& e = c.window.entries[i];
-    PutU64(&out, e.sequence);
-    out.push_back(static_cast<char>(e.opcode));
-    out.push_back(static_cast<char>(e.status));
-    PutU64(&out, e.version);
+    p = PutU64(p, e.sequence);
+    *p++ = static_cast<char>(e.opcode);
+    *p++ = static_cast<char>(e.status);
+    p = PutU64(p, e.version);
   }
   return out;
 }

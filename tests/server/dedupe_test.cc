@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <random>
+
 namespace kvnode::server {
 namespace {
 
@@ -85,6 +88,63 @@ TEST(DedupeWindow, NewestKeepsTheLastEntriesAndAFloorOverTheRest) {
   EXPECT_EQ(all.entries.size(), 6u);
 }
 
+// Newest() keeps the floor over the entries it leaves out up to date as
+// entries are recorded and forgotten; whatever the history (sequences out of
+// order, answered twice, forgotten, n above the capacity, n changing), it
+// must equal the full scan of the window it replaced.
+DedupeWindow::Exported NewestByScan(const DedupeWindow& w, size_t n) {
+  const DedupeWindow::Exported all = w.Export();
+  DedupeWindow::Exported out;
+  out.has_floor = all.has_floor;
+  out.floor = all.floor;
+  const size_t skip = all.entries.size() > n ? all.entries.size() - n : 0;
+  for (size_t i = 0; i < all.entries.size(); ++i) {
+    if (i >= skip) {
+      out.entries.push_back(all.entries[i]);
+    } else {
+      if (!out.has_floor || all.entries[i].sequence > out.floor)
+        out.floor = all.entries[i].sequence;
+      out.has_floor = true;
+    }
+  }
+  return out;
+}
+
+TEST(DedupeWindow, NewestEqualsAFullScanWhateverTheHistory) {
+  std::mt19937_64 rng(17);
+  for (size_t capacity : {1, 2, 5, 16}) {
+    DedupeWindow w(capacity);
+    size_t n = 3;
+    uint64_t next = 100;
+    for (int step = 0; step < 4000; ++step) {
+      const uint64_t r = rng() % 100;
+      uint64_t seq;
+      if (r < 60) {
+        seq = next++;  // the usual case: increasing
+      } else if (r < 80) {
+        seq = next + rng() % 8;  // ahead (depth > 1: answered out of order)
+      } else if (r < 90) {
+        seq = next - 1 - rng() % std::min<uint64_t>(next, 40);  // behind, maybe recorded
+      } else {
+        seq = rng() % 1000;  // anything
+      }
+      w.Record(DedupeEntry{seq, 2, 0, static_cast<uint64_t>(step)});
+      if (rng() % 50 == 0) n = rng() % (capacity + 3);  // a new n: rescanned once
+      const DedupeWindow::Exported got = w.Newest(n);
+      const DedupeWindow::Exported want = NewestByScan(w, n);
+      ASSERT_EQ(got.entries, want.entries) << "capacity " << capacity << " step " << step;
+      ASSERT_EQ(got.has_floor, want.has_floor) << "capacity " << capacity << " step " << step;
+      ASSERT_EQ(got.floor, want.floor) << "capacity " << capacity << " step " << step;
+    }
+    // A copy (and an imported window) answers the same.
+    const DedupeWindow copy = w;
+    EXPECT_EQ(copy.Newest(n).floor, NewestByScan(w, n).floor);
+    const DedupeWindow back = DedupeWindow::Import(w.Export(), capacity);
+    EXPECT_EQ(back.Newest(n).entries, NewestByScan(w, n).entries);
+    EXPECT_EQ(back.Newest(n).floor, NewestByScan(w, n).floor);
+  }
+}
+
 TEST(ClientRecord, SnapshotHoldsTheNextWriteAndTheNewestOthers) {
   DedupeWindow w(1024);
   for (uint64_t s = 1; s <= 10; ++s) w.Record(P(s, s));
@@ -165,6 +225,9 @@ TEST(ClientRecord, DecodeRefusesMalformedRecords) {
 
 TEST(ClientRecord, Keys) {
   EXPECT_EQ(ClientRecordKey(0x1234), "dedupe/0000000000001234");
+  EXPECT_EQ(ClientRecordKey(0xfeedfacecafebeefULL), "dedupe/feedfacecafebeef");
+  EXPECT_EQ(ClientRecordKey(UINT64_MAX), "dedupe/ffffffffffffffff");
+  EXPECT_EQ(ClientRecordKey(1), "dedupe/0000000000000001");
   EXPECT_EQ(ParseClientRecordKey(ClientRecordKey(0xfeedfacecafebeefULL)), 0xfeedfacecafebeefULL);
   EXPECT_EQ(ParseClientRecordKey("dedupe/000000000000123"), 0u);
   EXPECT_EQ(ParseClientRecordKey("dedupe/000000000000123G"), 0u);

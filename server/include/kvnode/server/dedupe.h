@@ -79,14 +79,27 @@ class DedupeWindow {
   // The newest `n` entries (oldest first) with a floor that also covers every
   // entry left out: Import() of it answers those n and refuses (TooOld) any
   // other sequence this window answered.
+  // Cost: O(n) when `n` is the one of the previous call (every write asks
+  // with the same n, --rpc_credits - 1), O(size()) on the first call with a
+  // new n: the floor over the entries left out is kept up to date by Record.
   Exported Newest(size_t n) const;
 
  private:
+  // The floor Newest(n) reports for n == newest_n_: the highest of floor_ and
+  // of every sequence but the newest n in order_ (has_newest_floor_: there
+  // is one). Maintained by Record once a Newest call has set newest_n_.
+  void SetNewestCache(size_t n) const;
+
   size_t capacity_;
   std::deque<uint64_t> order_;  // sequences, oldest first
   absl::flat_hash_map<uint64_t, DedupeEntry> entries_;
   bool has_floor_ = false;
   uint64_t floor_ = 0;  // highest forgotten sequence
+  // Newest()'s cache (a cache: mutable; the window has one owning thread).
+  static constexpr size_t kNoNewestCache = SIZE_MAX;
+  mutable size_t newest_n_ = kNoNewestCache;
+  mutable bool has_newest_floor_ = false;
+  mutable uint64_t newest_floor_ = 0;
 };
 
 // The secret that proves a Hello owns the client id it resumes (the bytes of
