@@ -4,6 +4,7 @@
 // the store, loads the persisted client records and retries.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -254,6 +255,34 @@ TEST_F(DedupePersistTest, OneBoundedRecordPerClientAndAgeing) {
   side = n->store->ReadSideRecords(kClientRecordPrefix);
   ASSERT_TRUE(side.ok());
   EXPECT_EQ(side->size(), 2u);
+  ASSERT_TRUE(n->store->Close().ok());
+}
+
+uint64_t UnixMs(clockid_t clock) {
+  timespec ts{};
+  clock_gettime(clock, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000 + static_cast<uint64_t>(ts.tv_nsec) / 1000000;
+}
+
+// A record's write time (what ages records at a cold start) is the wall
+// clock's, to within the kernel tick of the coarse clock it is read from.
+TEST_F(DedupePersistTest, RecordTimeIsTheWallClockWithinATick) {
+  std::unique_ptr<Node> n = Node::Open(opts_, true);
+  ASSERT_NE(n, nullptr);
+  timespec res{};
+  ASSERT_EQ(clock_getres(CLOCK_REALTIME_COARSE, &res), 0);
+  const uint64_t tick_ms = static_cast<uint64_t>(res.tv_sec) * 1000 +
+                           (static_cast<uint64_t>(res.tv_nsec) + 999999) / 1000000;
+  const uint64_t before = UnixMs(CLOCK_REALTIME);
+  ASSERT_EQ(n->Send(kA, Opcode::kPut, 1, "k", "v").status, RpcStatus::kOk);
+  const uint64_t after = UnixMs(CLOCK_REALTIME);
+  auto side = n->store->ReadSideRecords(kClientRecordPrefix);
+  ASSERT_TRUE(side.ok()) << side.status();
+  ASSERT_EQ(side->size(), 1u);
+  auto a = DecodeClientRecord(kA, side->front().second);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_GE(a->written_unix_ms + tick_ms, before);
+  EXPECT_LE(a->written_unix_ms, after);
   ASSERT_TRUE(n->store->Close().ok());
 }
 
