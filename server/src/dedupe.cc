@@ -1,6 +1,7 @@
 #include "kvnode/server/dedupe.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <vector>
 
@@ -24,6 +25,10 @@ constexpr uint8_t kFlagHasFloor = 1;
 
 // Writes at `p` (the string is sized first: one allocation per record).
 char* PutU64(char* p, uint64_t v) {
+  if constexpr (std::endian::native == std::endian::little) {
+    std::memcpy(p, &v, sizeof(v));
+    return p + sizeof(v);
+  }
   for (int i = 0; i < 8; ++i) *p++ = static_cast<char>(v >> (8 * i));
   return p;
 }

@@ -265,14 +265,13 @@ uint64_t UnixMs(clockid_t clock) {
 }
 
 // A record's write time (what ages records at a cold start) is the wall
-// clock's, to within the kernel tick of the coarse clock it is read from.
-TEST_F(DedupePersistTest, RecordTimeIsTheWallClockWithinATick) {
+// clock's, read from the coarse clock: it lags by up to a kernel tick (more
+// when a tick is late on a loaded host); a second's slack still tells the
+// wall clock from any other.
+TEST_F(DedupePersistTest, RecordTimeIsTheWallClock) {
   std::unique_ptr<Node> n = Node::Open(opts_, true);
   ASSERT_NE(n, nullptr);
-  timespec res{};
-  ASSERT_EQ(clock_getres(CLOCK_REALTIME_COARSE, &res), 0);
-  const uint64_t tick_ms = static_cast<uint64_t>(res.tv_sec) * 1000 +
-                           (static_cast<uint64_t>(res.tv_nsec) + 999999) / 1000000;
+  constexpr uint64_t kSlackMs = 1000;
   const uint64_t before = UnixMs(CLOCK_REALTIME);
   ASSERT_EQ(n->Send(kA, Opcode::kPut, 1, "k", "v").status, RpcStatus::kOk);
   const uint64_t after = UnixMs(CLOCK_REALTIME);
@@ -281,7 +280,7 @@ TEST_F(DedupePersistTest, RecordTimeIsTheWallClockWithinATick) {
   ASSERT_EQ(side->size(), 1u);
   auto a = DecodeClientRecord(kA, side->front().second);
   ASSERT_TRUE(a.ok()) << a.status();
-  EXPECT_GE(a->written_unix_ms + tick_ms, before);
+  EXPECT_GE(a->written_unix_ms + kSlackMs, before);
   EXPECT_LE(a->written_unix_ms, after);
   ASSERT_TRUE(n->store->Close().ok());
 }
