@@ -177,8 +177,22 @@ void DataPlane::Loop() {
   // last_activity: a completion or a task; the spin window runs from it (and
   // from a wake-up). last_completion: the end of the last poll round that
   // handled completions; a request's gap is measured from it.
+  //
+  // Clock reads are rationed: on a guest whose clocksource is not the TSC
+  // (the HPET under TCG) each one is a syscall and an emulated device read,
+  // a few microseconds. With a fixed spin (not adaptive), activity is not
+  // timestamped when it ends but at the next empty poll (`unstamped`), which
+  // is the spin's first clock read anyway: the window starts one poll later
+  // than at the end of the busy round, and a busy node reads no clock at all.
+  // While spinning the clock is read every kPollsPerClockRead empty polls:
+  // the spin ends at most that many polls late, and a request that lands
+  // meanwhile is seen a clock read sooner. The adaptive spin measures gaps
+  // from the end of a round, so it stamps every busy round as before.
+  constexpr int kPollsPerClockRead = 8;
   auto last_activity = SteadyClock::now();
   auto last_completion = last_activity;
+  bool unstamped = false;
+  int polls_unread = 0;  // empty polls since the last clock read
   SpinPolicy spin(uint64_t{config_.spin_us} * 1000, uint64_t{config_.spin_max_us} * 1000);
   auto poll_once = [&]() -> int {
     absl::StatusOr<int> n = cq_->Poll(wcs);
@@ -199,33 +213,51 @@ void DataPlane::Loop() {
     for (int i = 0; i < *n; ++i) HandleCompletion(wcs[i]);
     return *n;
   };
+  // After a busy round: `n` completions handled.
+  auto busy = [&](int n) {
+    polls_unread = 0;
+    if (!spin.adaptive()) {
+      unstamped = true;
+      return;
+    }
+    last_activity = SteadyClock::now();
+    if (n > 0) last_completion = last_activity;
+  };
   while (!stop_) {
     const int n = poll_once();
     const bool ran = tasks_->pending() && tasks_->RunAll() > 0;
     if (n > 0 || ran) {
-      last_activity = SteadyClock::now();
-      if (n > 0) last_completion = last_activity;
+      busy(n);
       continue;
     }
-    if (SteadyClock::now() - last_activity < std::chrono::nanoseconds(spin.window_ns())) continue;
+    if (!unstamped && ++polls_unread < kPollsPerClockRead) continue;
+    polls_unread = 0;
+    const auto now = SteadyClock::now();
+    if (unstamped) {
+      last_activity = now;  // the first empty poll after activity: the window starts here
+      unstamped = false;
+    }
+    if (now - last_activity < std::chrono::nanoseconds(spin.window_ns())) continue;
     // Idle: arm the CQ, then poll once more (a completion that arrived before
     // arming raises no event), then sleep on the channel and the task queue.
     if (absl::Status s = cq_->RequestNotify(); !s.ok()) {
       LOG(ERROR) << "data plane: " << s;
     }
     if (const int m = poll_once(); m > 0 || tasks_->pending()) {
-      last_activity = SteadyClock::now();
-      if (m > 0) last_completion = last_activity;
+      busy(m);
       continue;
     }
     pollfd fds[2] = {{cq_->channel_fd(), POLLIN, 0}, {tasks_->fd(), POLLIN, 0}};
     const int rc = poll(fds, 2, 1000);
     if (rc > 0 && (fds[0].revents & POLLIN) != 0) {
-      // Gets and acknowledges the event (does not block: the fd is readable).
-      absl::StatusOr<bool> ev = cq_->WaitForEvent(rdma::Clock::now());
+      // Gets and acknowledges the event (does not block: the fd is readable;
+      // a deadline already past).
+      absl::StatusOr<bool> ev = cq_->WaitForEvent(rdma::Deadline{});
       if (!ev.ok()) LOG(ERROR) << "data plane: " << ev.status();
     }
-    last_activity = SteadyClock::now();
+    // The window restarts from the wake-up (stamped at the next empty poll
+    // unless the adaptive spin needs it now).
+    busy(0);
   }
 }
 
