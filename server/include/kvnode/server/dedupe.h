@@ -17,7 +17,8 @@
 //     rather than risk applying it twice.
 //
 // The state is a plain list (Export/Import) so that a live upgrade can hand
-// it to the next process. Thread safety: none; owned by the data-plane thread.
+// it to the next process. Thread safety: none, const calls included (Newest()
+// updates a cache); owned by the data-plane thread.
 //
 // Across crashes (docs/format.md "Client records"): every applied write also
 // stores, in the same RocksDB batch, its client's newest entries (as many as
