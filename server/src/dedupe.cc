@@ -27,9 +27,10 @@ constexpr uint8_t kFlagHasFloor = 1;
 char* PutU64(char* p, uint64_t v) {
   if constexpr (std::endian::native == std::endian::little) {
     std::memcpy(p, &v, sizeof(v));
-    return p + sizeof(v);
+    p += sizeof(v);
+  } else {
+    for (int i = 0; i < 8; ++i) *p++ = static_cast<char>(v >> (8 * i));
   }
-  for (int i = 0; i < 8; ++i) *p++ = static_cast<char>(v >> (8 * i));
   return p;
 }
 uint64_t GetU64(const char* p) {
