@@ -6,15 +6,25 @@
 # then the outcome the protocol promises for that cell:
 #   rollback  O serves on as generation 1 (rollbacks = 1, writes resumed)
 #   takeover  generation 2 serves (N took over, alone if O died before HandOver)
-#   restart   nothing could take over (O died before N existed): the node is
-#             started again on the same RocksDB; clients reconnect
+#             and completes the upgrade: RocksDB open, its write journal
+#             replayed and removed (O closed it and said Released, or N opened
+#             it after O's exit, killing an O that overran
+#             --upgrade_old_exit_deadline_ms)
+#   restart   nothing serves in the end, and the node is started again on the
+#             same RocksDB (what systemd would do); clients reconnect. Either O
+#             died before N existed (o_spawn:crash), or N exited after Owned
+#             without RocksDB (n_journal, n_replay: the fault itself, or N's
+#             deadline for opening RocksDB after a hang): the restart replays
+#             the write journal N left, which must hold writes for n_replay
+#             (the count is the line's "replayed")
 #   rollback  also when O's upgrade thread hangs (o_spawn, o_pause, o_flush,
 #             o_handover): O's watchdog rolls back in its place once the step
 #             is 2 s past its deadline (--upgrade_step_deadline_ms, here 15 s;
 #             once writes are paused --upgrade_write_pause_limit_ms, here 15 s,
 #             below kvload's op deadline)
 # and then: kvload's failed ops / verify errors / stale reads, the ack-log audit
-# on the surviving node, and the recovery time (signal -> outcome observed).
+# on the surviving node, and the recovery time (signal -> outcome observed; for
+# a restart, -> the restarted node answers).
 # One line per cell in $KV_FAULT_REPORT (default $TMPDIR/upgrade_faults.txt).
 # Each cell's directory (RocksDB, ack log) and shared memory are removed after
 # the cell: 39 cells' data filled the guest's tmpfs. A failing cell's logs
@@ -23,20 +33,24 @@
 # -logs).
 #
 #   KV_FAULT_CELLS="n_ready:crash o_flush:crash"   cells to run (default: a CI
-#                                                   subset; "all" = 13 x 3)
+#                                                   subset; "all" = 16 x 3)
 #   KV_FAULT_SYNC_WRITES=true   the node's --sync_writes (default false). With
 #                               true, a write's window between RocksDB and the
 #                               arena is the whole fsync, so an O killed while
 #                               writes flow (o_pause:crash) dies inside one;
 #                               N must republish it (the arena's write intent).
+#                               And n_replay:crash is N dead after it
+#                               acknowledged fdatasync'd journal records,
+#                               before RocksDB: the cold start must have each
+#                               one (audit), none twice (verify).
 # n_accepting:crash is N killed right after it claimed RocksDB, before any
 # write: O must take RocksDB back under a new generation (not reuse versions).
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/upgrade_lib.sh"
 kv_require_device
 
-phases="o_spawn n_attach n_register n_ready o_pause o_flush o_handover n_open_db n_accepting o_move_clients o_drain o_dereg o_exit"
-cells=${KV_FAULT_CELLS:-"n_ready:crash n_open_db:fail n_accepting:crash o_handover:crash o_move_clients:crash o_flush:hang"}
+phases="o_spawn n_attach n_register n_ready o_pause o_flush o_handover n_open_db n_accepting o_move_clients o_close_db n_journal n_replay o_drain o_dereg o_exit"
+cells=${KV_FAULT_CELLS:-"n_ready:crash n_open_db:fail n_accepting:crash o_handover:crash o_move_clients:crash o_flush:hang o_close_db:hang n_replay:crash"}
 if [[ $cells == all ]]; then
   cells=""
   for p in $phases; do for a in crash hang fail; do cells+=" $p:$a"; done; done
@@ -49,10 +63,15 @@ op_timeout=${KV_OP_TIMEOUT_MS:-30000}
 expect_for() {
   local p=${1%%:*} a=${1##*:}
   case $p in
+    # After Owned (the point of no return) N is the only writer; without
+    # RocksDB it exits, and only a restart replays its journal.
+    n_journal | n_replay) echo restart ;;
     n_*) echo rollback ;;
     o_spawn) case $a in crash) echo restart ;; *) echo rollback ;; esac ;;
     o_pause | o_flush | o_handover)
       case $a in crash) echo takeover ;; *) echo rollback ;; esac ;;
+    # Past Owned on O's side. o_close_db: O keeps RocksDB open, so N opens it
+    # after O's exit (crash, fail) or after killing it (hang).
     *) echo takeover ;;
   esac
 }
@@ -90,22 +109,35 @@ for cell in $cells; do
   kill -USR2 "$o_pid"
   outcome=""
   deadline=$((t_sig + 120 * 1000000000))
+  # restart cells: every process that served or could serve (O, N) must be
+  # gone before the node is started again. N's pid comes from ping (it answers
+  # as generation 2 after Owned) or, if it dies before answering, from O's
+  # children while O lives.
+  n_pids=""
   while [[ -z $outcome ]] && (($(date +%s%N) < deadline)); do
     ping=$(kv_admin ping 2>/dev/null || true)
     gen=$(grep -o '"generation":[0-9]*' <<<"$ping" | cut -d: -f2 || true)
-    if [[ $gen == 2 ]]; then
+    if [[ $expect == restart ]]; then
+      [[ $ping =~ \"pid\":([0-9]+) && $gen == 2 ]] && n_pids+=" ${BASH_REMATCH[1]}"
+      up_gone "$o_pid" || n_pids+=" $(up_descendants "$o_pid" | tr '\n' ' ')"
+    fi
+    if [[ $gen == 2 && $expect != restart ]]; then
       outcome=takeover
     elif [[ $gen == 1 ]] && [[ $(kv_stat rollbacks) -ge 1 ]]; then
       outcome=rollback
     elif up_gone "$o_pid" && [[ -z $gen ]] && [[ $expect == restart ]]; then
       outcome=down
+      for p in $n_pids; do up_gone "$p" || outcome=""; done
     fi
     [[ -n $outcome ]] || sleep 0.1  # poll interval of a condition with a deadline
   done
   t_out=$(date +%s%N)
+  replayed=-
   if [[ $outcome == down ]]; then
-    # Nothing could take over: start the node again (what systemd would do).
+    # Nothing serves: start the node again (what systemd would do). Its
+    # store replays a write journal left behind before it serves.
     wait "$o_pid" 2>/dev/null || true
+    log_lines=$(wc -l <"$KV_LOG")
     "$KV_BUILD/node/kvnode" --listen "$KV_ADDR" --db_path "$KV_DIR/db" --shm_name "$KV_SHM" \
       --admin_socket "$KV_ADMIN" --auth_token_file "$KV_TOKEN" --pid_file "$KV_DIR/pid" \
       --arena_size $((32 << 20)) --sync_writes="${KV_FAULT_SYNC_WRITES:-false}" --max_clients 16 \
@@ -116,11 +148,21 @@ for cell in $cells; do
     kv_wait_for 60 kv_admin ping || kv_fail "$cell: restarted node did not answer"
     t_out=$(date +%s%N)
     outcome=restart
+    replayed=$(tail -n +$((log_lines + 1)) "$KV_LOG" |
+      grep -o 'replayed [0-9]* journaled writes' | grep -o '[0-9][0-9]*' | head -n 1 || true)
+    replayed=${replayed:-0}
   fi
   recovery_ms=$(((t_out - t_sig) / 1000000))
   KV_PID=$(up_ping_field pid || echo "$KV_PID")
-  # Let the clients settle on the survivor, then stop the load.
+  # Let the clients settle on the survivor, then stop the load. A takeover
+  # must also complete under that load: N opened RocksDB (writes going on
+  # into the journal meanwhile), replayed the journal and removed it.
   kv_wait_for 60 clients_are 4 || true
+  upgrade_done=yes
+  if [[ $outcome == takeover ]]; then
+    kv_wait_for 90 up_not_in_progress || upgrade_done=no
+    replayed=$(kv_stat journal_replayed || echo '?')
+  fi
   kill -INT "$load_pid" 2>/dev/null || true
   wait "$load_pid" || true
   read -r failed verr stale < <(python3 -c '
@@ -136,6 +178,15 @@ except Exception:
   [[ $outcome == "$expect" ]] || verdict=UNEXPECTED
   [[ $audit == pass ]] || verdict=LOST_ACKED_WRITE
   [[ $failed == 0 && $verr == 0 && $stale == 0 ]] || verdict="${verdict}+client_errors"
+  [[ $upgrade_done == yes ]] || verdict="${verdict}+upgrade_not_complete"
+  if [[ $outcome == takeover || $outcome == restart ]] && [[ -e $KV_DIR/db/kvnode-writes.journal ]]; then
+    verdict="${verdict}+journal_left"
+  fi
+  # n_replay: N died holding acknowledged writes only in its journal; a cell
+  # where none was journaled would prove nothing about their replay.
+  if [[ ${cell%%:*} == n_replay && $outcome == restart && $replayed == 0 ]]; then
+    verdict="${verdict}+nothing_journaled"
+  fi
   # A full disk fails writes (INTERNAL answers): say so rather than blame the
   # protocol (session 2's o_move_clients:crash failures were the guest's tmpfs).
   if grep -qs 'No space left on device' "$KV_LOG" "$KV_DIR/kvload.log" "$KV_DIR/db/LOG"; then
@@ -144,9 +195,9 @@ except Exception:
   # Writes a takeover found cut between RocksDB and the arena (the store logs
   # each one it republished): shows whether a cell exercised that window.
   republished=$(cat "$KV_DIR"/*.log 2>/dev/null | grep -c 'republished a key' || true)
-  line=$(printf '%-22s expect %-8s got %-8s recovery %6d ms  failed %s verify %s stale %s audit %s  republished %s  %s' \
+  line=$(printf '%-22s expect %-8s got %-8s recovery %6d ms  failed %s verify %s stale %s audit %s  republished %s  replayed %s  %s' \
     "$cell" "$expect" "$outcome" "$recovery_ms" "$failed" "$verr" "$stale" "$audit" \
-    "$republished" "$verdict")
+    "$republished" "$replayed" "$verdict")
   echo "$line" | tee -a "$out" >&2
   [[ $verdict == ok ]] || failures=$((failures + 1))
   # Stop whatever serves now (and a hung O, if any), clean up.
