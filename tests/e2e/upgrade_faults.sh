@@ -44,6 +44,10 @@
 #                               acknowledged fdatasync'd journal records,
 #                               before RocksDB: the cold start must have each
 #                               one (audit), none twice (verify).
+# ACTION sigkill (n_journal, n_replay only; not in "all") is hang for the node,
+# and the harness SIGKILLs N once O has exited and N acknowledged 100 writes
+# that only its journal holds: N killed before it opened RocksDB, then a
+# cold start that must replay them (at least as many as N had acknowledged).
 # n_accepting:crash is N killed right after it claimed RocksDB, before any
 # write: O must take RocksDB back under a new generation (not reuse versions).
 source "$(dirname "$0")/lib.sh"
@@ -95,12 +99,16 @@ up_descendants() {
 failures=0
 for cell in $cells; do
   expect=$(expect_for "$cell")
+  action=${cell##*:}
+  fault=$cell
+  [[ $action == sigkill ]] && fault=${cell%%:*}:hang
+  killed=""
   cell_op_timeout=$op_timeout
   case ${cell%%:*} in n_journal | n_replay) cell_op_timeout=$restart_op_timeout ;; esac
   UP_FIRST_PID=""
   KV_NODE_BIN=${KV_BUILD}/node/kvnode
   kv_start_node "${UP_NODE_FLAGS[@]}" --sync_writes="${KV_FAULT_SYNC_WRITES:-false}" \
-    --upgrade_fault="$cell" --upgrade_ready_deadline_ms=20000 \
+    --upgrade_fault="$fault" --upgrade_ready_deadline_ms=20000 \
     --upgrade_owned_deadline_ms=20000 --upgrade_old_exit_deadline_ms=10000 \
     --upgrade_step_deadline_ms=15000 --upgrade_write_pause_limit_ms=15000
   UP_FIRST_PID=$KV_PID
@@ -126,9 +134,21 @@ for cell in $cells; do
   while [[ -z $outcome ]] && (($(date +%s%N) < deadline)); do
     ping=$(kv_admin ping 2>/dev/null || true)
     gen=$(grep -o '"generation":[0-9]*' <<<"$ping" | cut -d: -f2 || true)
+    n_now=""
+    [[ $ping =~ \"pid\":([0-9]+) && $gen == 2 ]] && n_now=${BASH_REMATCH[1]}
     if [[ $expect == restart ]]; then
-      [[ $ping =~ \"pid\":([0-9]+) && $gen == 2 ]] && n_pids+=" ${BASH_REMATCH[1]}"
+      n_pids+=" $n_now"
       up_gone "$o_pid" || n_pids+=" $(up_descendants "$o_pid" | tr '\n' ' ')"
+      # sigkill: N is stuck before RocksDB (the hang), O is gone, so every
+      # write N acknowledged is in its journal only.
+      if [[ $action == sigkill && -z $killed && -n $n_now ]] && up_gone "$o_pid"; then
+        journaled=$(kv_stat journaled_writes || echo 0)
+        if ((journaled >= 100)); then
+          kill -KILL "$n_now" 2>/dev/null || true
+          killed=$journaled
+          kv_log "$cell: SIGKILL of N (pid $n_now) after $journaled journaled writes"
+        fi
+      fi
     fi
     if [[ $gen == 2 && $expect != restart ]]; then
       outcome=takeover
@@ -193,8 +213,15 @@ except Exception:
   fi
   # n_replay: N died holding acknowledged writes only in its journal; a cell
   # where none was journaled would prove nothing about their replay.
-  if [[ ${cell%%:*} == n_replay && $outcome == restart && $replayed == 0 ]]; then
+  if [[ ${cell%%:*} == n_replay || $action == sigkill ]] && [[ $outcome == restart && $replayed == 0 ]]; then
     verdict="${verdict}+nothing_journaled"
+  fi
+  if [[ $action == sigkill ]]; then
+    if [[ -z $killed ]]; then
+      verdict="${verdict}+not_killed"
+    elif [[ $outcome == restart ]] && ((replayed < killed)); then
+      verdict="${verdict}+replayed_fewer_than_acknowledged"
+    fi
   fi
   # A full disk fails writes (INTERNAL answers): say so rather than blame the
   # protocol (session 2's o_move_clients:crash failures were the guest's tmpfs).
@@ -204,6 +231,7 @@ except Exception:
   # Writes a takeover found cut between RocksDB and the arena (the store logs
   # each one it republished): shows whether a cell exercised that window.
   republished=$(cat "$KV_DIR"/*.log 2>/dev/null | grep -c 'republished a key' || true)
+  [[ -z $killed ]] || replayed="$replayed (SIGKILL after $killed)"
   line=$(printf '%-22s expect %-8s got %-8s recovery %6d ms  failed %s verify %s stale %s audit %s  republished %s  replayed %s  %s' \
     "$cell" "$expect" "$outcome" "$recovery_ms" "$failed" "$verr" "$stale" "$audit" \
     "$republished" "$replayed" "$verdict")
