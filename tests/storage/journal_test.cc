@@ -10,12 +10,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/synchronization/notification.h"
 #include "child_process.h"
 #include "kvnode/storage/store.h"
 #include "test_util.h"
@@ -167,6 +170,53 @@ TEST(WriterSwitchTest, JournaledWritesAreServedAndReplayed) {
   EXPECT_EQ((*cold)->Get("fresh")->value, "f");
   EXPECT_EQ((*cold)->Get(Key(4))->value, Value(4, "old"));
   EXPECT_EQ((*cold)->Get(Key(1))->version, last + 1);
+}
+
+// RocksDB's open runs while writes go on into the journal: none waits for
+// the open, none is lost, and versions stay in order across the replay.
+TEST(WriterSwitchTest, WritesGoOnWhileRocksDbOpens) {
+  TempStore t;
+  uint64_t last = 0;
+  {
+    auto o = Store::Open(t.options);
+    ASSERT_TRUE(o.ok()) << o.status();
+    for (int i = 0; i < 100; ++i) ASSERT_TRUE((*o)->Put(Key(i), Value(i, "old")).ok());
+    ASSERT_TRUE((*o)->CloseDbForHandoff().ok());
+    last = (*o)->last_version();
+  }
+  auto n = Store::AttachLive(t.options);
+  ASSERT_TRUE(n.ok()) << n.status();
+  ASSERT_TRUE((*n)->PrepareJournal().ok());
+  ASSERT_TRUE((*n)->BecomeJournalWriter(last).ok());
+  std::atomic<bool> stop{false};
+  std::vector<uint64_t> versions;
+  absl::Notification journaled;
+  std::thread writer([&] {
+    for (int i = 0; !stop.load() || i < 50; ++i) {
+      auto v = (*n)->Put(Key(i % 100), Value(i, "during"));
+      ASSERT_TRUE(v.ok()) << v.status();
+      versions.push_back(*v);
+      if (versions.size() == 20) journaled.Notify();
+    }
+  });
+  // Some writes surely go to the journal (the deadline bounds a failed writer).
+  const bool some = journaled.WaitForNotificationWithTimeout(absl::Seconds(60));
+  const absl::Status opened = (*n)->OpenDb();
+  stop.store(true);
+  writer.join();
+  ASSERT_TRUE(some);
+  ASSERT_TRUE(opened.ok()) << opened;
+  for (size_t i = 1; i < versions.size(); ++i) ASSERT_EQ(versions[i], versions[i - 1] + 1);
+  EXPECT_EQ(versions.front(), last + 1);
+  EXPECT_GT((*n)->stats().replayed, 0u);
+  EXPECT_EQ((*n)->stats().journaled, (*n)->stats().replayed);  // every journaled one
+  ASSERT_TRUE((*n)->Close().ok());
+  n->reset();
+  auto cold = Store::Open(t.options);
+  ASSERT_TRUE(cold.ok()) << cold.status();
+  auto next = (*cold)->Put("next", "n");
+  ASSERT_TRUE(next.ok());
+  EXPECT_EQ(*next, versions.back() + 1);
 }
 
 // A handoff that fails before the new side took a write: the old side takes
