@@ -306,11 +306,6 @@ absl::Status OldSide::SpawnNewProcess(Attempt& a) {
   h.arena_shm_name = options_.shm_name;
   h.build_id = options_.build_id.substr(0, kMaxBuildIdSize);
   if (absl::Status s = LocalStep(a, "o_spawn"); !s.ok()) return s;
-  // N opens RocksDB after the switch and replays its WAL: flush the memtable
-  // now, in the background while N starts, so that little is left to replay.
-  if (absl::Status s = server_->StartFlush(); !s.ok()) {
-    LOG(WARNING) << "upgrade: could not start a flush of the memtable (continuing): " << s;
-  }
   if (absl::Status s = WriteHandoffHeader(a.header_name, h); !s.ok()) return s;
   if (absl::Status s = MaybeInjectFault(Phase::kOSpawn); !s.ok()) return s;
   absl::StatusOr<HandoffChannel::Pair> pair = HandoffChannel::CreatePair();
@@ -392,9 +387,9 @@ absl::Status OldSide::AwaitHelloAndReady(Attempt& a) {
 
 // Pauses writes (from here every wait is capped by the pause limit) and
 // releases RocksDB: this process writes no more, but keeps the database open
-// (its close is off the write path, after Owned). No wait for a memtable
-// flush here (one started with the upgrade): the new process opens RocksDB,
-// and replays what remains of the WAL, while it journals writes.
+// (its close is off the write path, after Owned). No memtable flush: the
+// new process opens RocksDB, and replays the WAL, while it journals writes
+// (and flushes once it has RocksDB, so that the next upgrade's WAL is short).
 absl::Status OldSide::PauseWritesAndReleaseDb(const std::shared_ptr<Attempt>& ap) {
   Attempt& a = *ap;
   if (absl::Status s = LocalStep(a, "o_pause"); !s.ok()) return s;

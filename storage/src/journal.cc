@@ -1,7 +1,6 @@
 #include "journal.h"
 
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -152,41 +151,76 @@ absl::Status WriteJournal::Append(std::span<const JournalOp> ops, bool sync) {
 }
 
 absl::StatusOr<std::vector<std::vector<JournalOp>>> WriteJournal::ReadAll(const std::string& path) {
-  std::vector<std::vector<JournalOp>> out;
-  base::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) {
-    if (errno == ENOENT) return out;
-    return base::ErrnoStatus(errno, absl::StrCat("open ", path));
-  }
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) return base::ErrnoStatus(errno, absl::StrCat("stat ", path));
-  std::string data(static_cast<size_t>(st.st_size), '\0');
+  uint64_t end = 0;
+  return ReadFrom(path, 0, &end);
+}
+
+namespace {
+
+// Reads [off, off + n) of fd into *out (shorter at the end of the file).
+absl::Status ReadAt(int fd, uint64_t off, size_t n, std::string* out, const std::string& path) {
+  out->resize(n);
   size_t got = 0;
-  while (got < data.size()) {
-    const ssize_t r =
-        ::pread(fd.get(), data.data() + got, data.size() - got, static_cast<off_t>(got));
+  while (got < n) {
+    const ssize_t r = ::pread(fd, out->data() + got, n - got, static_cast<off_t>(off + got));
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) return base::ErrnoStatus(errno, absl::StrCat("read ", path));
     if (r == 0) break;
     got += static_cast<size_t>(r);
   }
-  data.resize(got);
+  out->resize(got);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::vector<JournalOp>>> WriteJournal::ReadFrom(const std::string& path,
+                                                                           uint64_t from,
+                                                                           uint64_t* end) {
+  std::vector<std::vector<JournalOp>> out;
+  *end = std::max<uint64_t>(from, kHeaderSize);
+  base::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) {
+    if (errno == ENOENT) return out;
+    return base::ErrnoStatus(errno, absl::StrCat("open ", path));
+  }
+  std::string header;
+  if (absl::Status s = ReadAt(fd.get(), 0, kHeaderSize, &header, path); !s.ok()) return s;
   // A file cut short before its header was written (a crash while creating
   // it) holds no write.
-  if (data.size() < kHeaderSize || std::memcmp(data.data(), kMagic, sizeof(kMagic)) != 0) {
-    if (std::all_of(data.begin(), data.end(), [](char c) { return c == 0; })) return out;
+  if (header.size() < kHeaderSize || std::memcmp(header.data(), kMagic, sizeof(kMagic)) != 0) {
+    if (std::all_of(header.begin(), header.end(), [](char c) { return c == 0; })) return out;
     return absl::DataLossError(absl::StrCat(path, " is not a kvnode write journal"));
   }
-  size_t at = kHeaderSize;
-  while (data.size() - at >= kRecordHeader) {
-    const uint32_t n = LoadU32(data.data() + at);
-    if (n == 0 || data.size() - at - kRecordHeader < n) break;
-    const char* payload = data.data() + at + kRecordHeader;
-    if (XXH3_64bits(payload, n) != LoadU64(data.data() + at + 8)) break;
+  // Records are read a chunk at a time, as far as they go (the file is
+  // allocated far beyond them).
+  std::string buf;
+  uint64_t buf_off = 0;
+  // Whether buf holds [off, off + len) (read from off when it does not).
+  auto window = [&](uint64_t off, size_t len) -> absl::StatusOr<bool> {
+    if (off >= buf_off && off + len <= buf_off + buf.size()) return true;
+    buf_off = off;
+    if (absl::Status s = ReadAt(fd.get(), off, std::max(len, size_t{1} << 20), &buf, path);
+        !s.ok()) {
+      return s;
+    }
+    return buf.size() >= len;
+  };
+  for (;;) {
+    absl::StatusOr<bool> has = window(*end, kRecordHeader);
+    if (!has.ok()) return has.status();
+    if (!*has) break;
+    const uint32_t n = LoadU32(buf.data() + (*end - buf_off));
+    if (n == 0) break;
+    has = window(*end, kRecordHeader + n);
+    if (!has.ok()) return has.status();
+    if (!*has) break;  // runs past the end of the file: torn
+    const char* rec = buf.data() + (*end - buf_off);
+    if (XXH3_64bits(rec + kRecordHeader, n) != LoadU64(rec + 8)) break;
     std::vector<JournalOp> ops;
-    if (!DecodePayload(payload, n, &ops)) break;
+    if (!DecodePayload(rec + kRecordHeader, n, &ops)) break;
     out.push_back(std::move(ops));
-    at += kRecordHeader + n;
+    *end += kRecordHeader + n;
   }
   return out;
 }

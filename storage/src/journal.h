@@ -72,6 +72,12 @@ class WriteJournal {
   // is no file. DataLoss for a file that is not a journal.
   [[nodiscard]] static absl::StatusOr<std::vector<std::vector<JournalOp>>> ReadAll(
       const std::string& path);
+  // The whole records from byte offset `from` (0: the first; else an `end`
+  // returned before), and in *end the offset after the last one. The file
+  // is read only as far as its records go, and may be appended to meanwhile
+  // (a record not yet whole ends the read).
+  [[nodiscard]] static absl::StatusOr<std::vector<std::vector<JournalOp>>> ReadFrom(
+      const std::string& path, uint64_t from, uint64_t* end);
   // Removes the journal and syncs the directory. OK when there is none.
   [[nodiscard]] static absl::Status Remove(const std::string& path);
 

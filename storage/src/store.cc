@@ -174,43 +174,54 @@ void Store::CloseRocksDb() {
   db_ = nullptr;
 }
 
-absl::StatusOr<uint64_t> Store::ReplayJournal() {
-  const std::string path = WriteJournal::PathFor(options_.db_path);
-  absl::StatusOr<std::vector<std::vector<JournalOp>>> records = WriteJournal::ReadAll(path);
+namespace {
+
+// Writes the journal's whole records from offset `from` into `db` as one
+// synced batch; *end = the offset after the last. Returns how many.
+absl::StatusOr<uint64_t> ApplyJournal(const std::string& path, rocksdb::DB* db,
+                                      const std::vector<rocksdb::ColumnFamilyHandle*>& cfs,
+                                      uint64_t from, uint64_t* end) {
+  absl::StatusOr<std::vector<std::vector<JournalOp>>> records =
+      WriteJournal::ReadFrom(path, from, end);
   if (!records.ok()) return records.status();
-  if (!records->empty()) {
-    WriteSet w;
-    w.cfs = &cfs_;
-    for (const std::vector<JournalOp>& ops : *records) {
-      for (const JournalOp& op : ops) {
-        if (op.cf >= cfs_.size()) {
-          return absl::DataLossError(absl::StrCat(path, ": a write to column family ", op.cf));
-        }
-        if (op.kind == JournalOp::Kind::kPut) {
-          w.Put(op.cf, op.key, op.value);
-        } else {
-          w.Delete(op.cf, op.key);
-        }
+  if (records->empty()) return 0;
+  WriteSet w;
+  w.cfs = &cfs;
+  for (const std::vector<JournalOp>& ops : *records) {
+    for (const JournalOp& op : ops) {
+      if (op.cf >= cfs.size()) {
+        return absl::DataLossError(absl::StrCat(path, ": a write to column family ", op.cf));
+      }
+      if (op.kind == JournalOp::Kind::kPut) {
+        w.Put(op.cf, op.key, op.value);
+      } else {
+        w.Delete(op.cf, op.key);
       }
     }
-    rocksdb::WriteOptions wo;
-    wo.sync = true;
-    if (absl::Status s = FromRocks(db_->Write(wo, &w.batch), "replay the write journal"); !s.ok()) {
-      return s;
-    }
-    CrashPoint("journal.after_replay");
   }
+  rocksdb::WriteOptions wo;
+  wo.sync = true;
+  if (absl::Status s = FromRocks(db->Write(wo, &w.batch), "replay the write journal"); !s.ok()) {
+    return s;
+  }
+  return records->size();
+}
+
+}  // namespace
+
+absl::StatusOr<uint64_t> Store::ReplayJournal(uint64_t from) {
+  const std::string path = WriteJournal::PathFor(options_.db_path);
+  uint64_t end = 0;
+  absl::StatusOr<uint64_t> n = ApplyJournal(path, db_, cfs_, from, &end);
+  if (!n.ok()) return n.status();
+  if (*n > 0) CrashPoint("journal.after_replay");
   // Removed (and the removal synced) before RocksDB takes another write: a
   // later replay of these records would undo it.
   if (absl::Status s = WriteJournal::Remove(path); !s.ok()) return s;
   journal_.reset();
   prepared_journal_.reset();
-  if (!records->empty()) {
-    replayed_.fetch_add(records->size(), std::memory_order_relaxed);
-    LOG(INFO) << "store " << options_.db_path << ": replayed " << records->size()
-              << " journaled writes into RocksDB";
-  }
-  return records->size();
+  replayed_.fetch_add(*n, std::memory_order_relaxed);
+  return *n;
 }
 
 absl::Status Store::Rebuild() {
@@ -287,6 +298,10 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const StoreOptions& options) 
   if (absl::Status s = st.OpenRocksDb(); !s.ok()) return s;
   absl::StatusOr<uint64_t> replayed = st.ReplayJournal();
   if (!replayed.ok()) return replayed.status();
+  if (*replayed > 0) {
+    LOG(INFO) << "store " << options.db_path << ": replayed " << *replayed
+              << " journaled writes into RocksDB (left by a process that was stopped)";
+  }
   uint64_t db_gen = 0;
   std::string v;
   rocksdb::Status rs = st.db_->Get(rocksdb::ReadOptions(), st.cfs_[1], kGenerationKey, &v);
@@ -395,6 +410,16 @@ absl::Status Store::OpenDb() {
   rocksdb::DB* db = nullptr;
   std::vector<rocksdb::ColumnFamilyHandle*> cfs;
   if (absl::Status s = OpenRocksDbAt(options_, &db, &cfs); !s.ok()) return s;
+  // The journal's records so far go into RocksDB before the write lock is
+  // taken too (writes go on into the journal meanwhile; RocksDB takes no
+  // other write): under the lock only the few since remain.
+  const std::string jpath = WriteJournal::PathFor(options_.db_path);
+  uint64_t replayed_to = 0;
+  absl::StatusOr<uint64_t> early = ApplyJournal(jpath, db, cfs, 0, &replayed_to);
+  if (!early.ok()) {
+    CloseRocksDbHandles(options_.db_path, db, &cfs);
+    return early.status();
+  }
   absl::MutexLock w(&write_mu_);
   absl::MutexLock d(&db_mu_);
   if (db_ != nullptr || closed_) {
@@ -420,9 +445,15 @@ absl::Status Store::OpenDb() {
   const uint64_t journaled_last = last_version_;
   const bool was_journaling = journal_ != nullptr;
   CrashPoint("journal.before_replay");
-  if (absl::StatusOr<uint64_t> r = ReplayJournal(); !r.ok()) {
+  absl::StatusOr<uint64_t> late = ReplayJournal(replayed_to);
+  if (!late.ok()) {
     CloseRocksDb();  // the journal stays: the next writer replays it
-    return r.status();
+    return late.status();
+  }
+  replayed_.fetch_add(*early, std::memory_order_relaxed);
+  if (*early + *late > 0) {
+    LOG(INFO) << "store " << options_.db_path << ": replayed " << *early + *late
+              << " journaled writes into RocksDB (" << *late << " under the write lock)";
   }
   absl::Status s = BecomeWriter();
   if (s.ok() && was_journaling && last_version_ != journaled_last) {

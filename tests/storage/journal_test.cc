@@ -58,6 +58,31 @@ TEST(WriteJournalTest, RecordsReadBackInOrder) {
   EXPECT_TRUE(WriteJournal::Remove(path).ok());
 }
 
+// A reader can take the records in two goes while the writer appends
+// (the new side replays most of them before it takes its write lock).
+TEST(WriteJournalTest, ReadFromGoesOnWhereTheLastReadEnded) {
+  TempStore t;
+  const std::string path = (t.dir() / "journal").string();
+  auto j = WriteJournal::Create(path, 4 << 20);
+  ASSERT_TRUE(j.ok()) << j.status();
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE((*j)->Append(OneWrite(i), false).ok());
+  uint64_t end = 0;
+  auto first = WriteJournal::ReadFrom(path, 0, &end);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_EQ(first->size(), 3u);
+  for (int i = 3; i < 5; ++i) ASSERT_TRUE((*j)->Append(OneWrite(i), false).ok());
+  uint64_t end2 = 0;
+  auto rest = WriteJournal::ReadFrom(path, end, &end2);
+  ASSERT_TRUE(rest.ok()) << rest.status();
+  ASSERT_EQ(rest->size(), 2u);
+  EXPECT_EQ((*rest)[0], OneWrite(3));
+  EXPECT_EQ((*rest)[1], OneWrite(4));
+  EXPECT_GT(end2, end);
+  uint64_t end3 = 0;
+  EXPECT_TRUE(WriteJournal::ReadFrom(path, end2, &end3)->empty());
+  EXPECT_EQ(end3, end2);
+}
+
 // A crash inside an append leaves a torn record: it was never acknowledged,
 // and reading stops before it.
 TEST(WriteJournalTest, TornTailEndsTheJournal) {

@@ -188,8 +188,8 @@ class Store {
   // Get of a key not resident in the arena.
   [[nodiscard]] absl::Status BecomeJournalWriter(uint64_t last_version);
   // Starts a flush of the memtable in the background (returns at once), so
-  // that RocksDB's next open has little WAL to replay. Live upgrade, old
-  // side, while the new process starts.
+  // that RocksDB's next open has little WAL to replay. Live upgrade, new
+  // side, once it has RocksDB open.
   [[nodiscard]] absl::Status StartFlush();
   // Live upgrade, old side: waits for in-flight writes, refuses new ones and
   // every later use of RocksDB by this process (Get of a non-resident key is
@@ -253,9 +253,11 @@ class Store {
   explicit Store(const StoreOptions& options);
   absl::Status OpenRocksDb() ABSL_EXCLUSIVE_LOCKS_REQUIRED(db_mu_);
   void CloseRocksDb() ABSL_EXCLUSIVE_LOCKS_REQUIRED(db_mu_);
-  // Writes every record of a journal left in the database directory into
-  // RocksDB (one synced batch) and removes it; returns how many.
-  absl::StatusOr<uint64_t> ReplayJournal() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_, db_mu_);
+  // Writes the records of a journal left in the database directory from
+  // offset `from` (0: all) into RocksDB (one synced batch) and removes it;
+  // returns how many.
+  absl::StatusOr<uint64_t> ReplayJournal(uint64_t from = 0)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_, db_mu_);
   // Makes one write's mutations durable: RocksDB, or the journal during the
   // writer switch.
   absl::Status Commit(WriteSet& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_)
