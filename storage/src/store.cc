@@ -214,7 +214,7 @@ absl::StatusOr<uint64_t> Store::ReplayJournal(uint64_t from) {
   uint64_t end = 0;
   absl::StatusOr<uint64_t> n = ApplyJournal(path, db_, cfs_, from, &end);
   if (!n.ok()) return n.status();
-  if (*n > 0) CrashPoint("journal.after_replay");
+  CrashPoint("journal.after_replay");
   // Removed (and the removal synced) before RocksDB takes another write: a
   // later replay of these records would undo it.
   if (absl::Status s = WriteJournal::Remove(path); !s.ok()) return s;

@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -285,13 +286,24 @@ TEST(JournalChild, JournalUntilKilled) {
     out << i << " " << *v << std::endl;
   }
   out << "done" << std::endl;
+  if (const char* at = testing::Env("KVNODE_JC_CRASH_AT"); at != nullptr) {
+    // Dies at that point of OpenDb's replay, as a SIGKILL would leave it.
+    static std::string point;
+    point = at;
+    SetCrashPointHookForTesting([](const char* p) {
+      if (point == p) _exit(3);
+    });
+    (void)(*n)->OpenDb();
+    _exit(4);  // the point was never reached
+  }
   for (;;) pause();
 }
 
-// SIGKILL of the new side after it acknowledged journaled writes, before it
-// opened RocksDB; then a cold start: every acknowledged write is there, with
-// the version it was acknowledged with.
-TEST(WriterSwitchTest, KilledJournalWriterLosesNothing) {
+// The new side journals 200 acknowledged writes, then dies: SIGKILLed before
+// it opened RocksDB (crash_at empty), or killed at a point of OpenDb's replay.
+// Then a cold start: every acknowledged write is there, with the version it
+// was acknowledged with, and no version is handed out twice.
+void JournalThenDie(const std::string& crash_at) {
   TempStore t;
   uint64_t last = 0;
   {
@@ -302,29 +314,33 @@ TEST(WriterSwitchTest, KilledJournalWriterLosesNothing) {
     last = (*o)->last_version();
   }  // O exits after its handoff: the arena stays dirty, as after an upgrade
   const std::string acks = (t.dir() / "acks").string();
-  const pid_t child = testing::SpawnTest("JournalChild.JournalUntilKilled",
-                                         {{"KVNODE_JC_ACKS", acks},
-                                          {"KVNODE_JC_DB", t.options.db_path},
-                                          {"KVNODE_JC_SHM", t.options.shm_name},
-                                          {"KVNODE_JC_LAST", std::to_string(last)}});
+  std::map<std::string, std::string> env = {{"KVNODE_JC_ACKS", acks},
+                                            {"KVNODE_JC_DB", t.options.db_path},
+                                            {"KVNODE_JC_SHM", t.options.shm_name},
+                                            {"KVNODE_JC_LAST", std::to_string(last)}};
+  if (!crash_at.empty()) env["KVNODE_JC_CRASH_AT"] = crash_at;
+  const pid_t child = testing::SpawnTest("JournalChild.JournalUntilKilled", env);
   ASSERT_GT(child, 0);
-  // Wait (with a deadline) for the child to acknowledge its writes.
-  bool done = false;
-  for (int i = 0; i < 6000 && !done; ++i) {
-    std::ifstream in(acks);
-    std::string line, tail;
-    while (std::getline(in, line)) tail = line;
-    done = tail == "done";
-    if (!done) usleep(10000);  // polls a file with a deadline
+  if (crash_at.empty()) {
+    // Wait (with a deadline) for the child to acknowledge its writes.
+    bool done = false;
+    for (int i = 0; i < 6000 && !done; ++i) {
+      std::ifstream in(acks);
+      std::string line, tail;
+      while (std::getline(in, line)) tail = line;
+      done = tail == "done";
+      if (!done) usleep(10000);  // polls a file with a deadline
+    }
+    ASSERT_EQ(::kill(child, SIGKILL), 0);
+    testing::WaitChild(child);
+    ASSERT_TRUE(done) << "the child did not journal its writes";
+  } else {
+    ASSERT_EQ(testing::WaitChild(child), 3) << "the child did not die at " << crash_at;
   }
-  ASSERT_EQ(::kill(child, SIGKILL), 0);
-  testing::WaitChild(child);
-  ASSERT_TRUE(done) << "the child did not journal its writes";
 
   auto cold = Store::Open(t.options);
   ASSERT_TRUE(cold.ok()) << cold.status();
   EXPECT_EQ((*cold)->opened_as(), Store::OpenedAs::kRebuilt);
-  EXPECT_EQ((*cold)->stats().replayed, 200u);
   std::ifstream in(acks);
   int key = 0;
   uint64_t version = 0;
@@ -338,12 +354,19 @@ TEST(WriterSwitchTest, KilledJournalWriterLosesNothing) {
   }
   EXPECT_EQ(n, 200);
   EXPECT_EQ((*cold)->Get(Key(250))->value, Value(250, "old"));
-  // Versions go on after the journaled ones: none is handed out twice.
   auto v = (*cold)->Put("next", "n");
   ASSERT_TRUE(v.ok());
   EXPECT_EQ(*v, last + 201);
   EXPECT_FALSE(Exists(WriteJournal::PathFor(t.options.db_path)));
 }
+
+TEST(WriterSwitchTest, KilledJournalWriterLosesNothing) { JournalThenDie(""); }
+// Killed with the journal's last records not yet replayed, resp. all
+// replayed but the journal not removed: the next start replays (again).
+TEST(WriterSwitchTest, KilledBeforeTheReplayUnderTheLock) {
+  JournalThenDie("journal.before_replay");
+}
+TEST(WriterSwitchTest, KilledBeforeTheJournalIsRemoved) { JournalThenDie("journal.after_replay"); }
 
 }  // namespace
 }  // namespace kvnode::storage

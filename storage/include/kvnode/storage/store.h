@@ -322,8 +322,11 @@ const char* OpenedAsName(Store::OpenedAs a);
 // Test seam: called with the name of each crash point of a write, on the
 // writer thread with the write lock held: "write.before_db" (intent recorded,
 // RocksDB not written), "write.after_db" (RocksDB written, arena not yet),
-// "write.after_publish" (arena updated, intent not yet cleared), and of a
-// claim: "claim.after_db" (generation in RocksDB, not yet in the arena header).
+// "write.after_publish" (arena updated, intent not yet cleared), of a
+// claim: "claim.after_db" (generation in RocksDB, not yet in the arena header),
+// and of OpenDb after a writer switch: "journal.before_replay" (RocksDB open,
+// the journal's last records not yet in it), "journal.after_replay" (all in
+// RocksDB, the journal not yet removed).
 // nullptr (the
 // default): none. Crash tests kill the process there.
 using CrashPointHook = void (*)(const char* point);
