@@ -9,7 +9,6 @@
 #   deploy/rxe-vm --memory 2048 --cpus 1 -- deploy/upgrade-gaps.sh
 #   env: KVNODE_BUILD_DIR (default build), GAPS_KEYS (10000), GAPS_S (12),
 #        GAPS_NODE_FLAGS (extra kvnode flags)
-set -euo pipefail
 [[ ${1:-} == -h || ${1:-} == --help ]] && { sed -n '2,12p' "$0"; exit 0; }
 root=$(cd "$(dirname "$0")/.." && pwd)
 export KVNODE_BUILD_DIR=${KVNODE_BUILD_DIR:-$root/build}
@@ -46,4 +45,5 @@ for s in r["timeline"]:
             s["t_ms"], s["ops"], s["reads"], s["writes"], s["max_latency_us"]))
 PY
 grep -E "upgrade:|takeover:|replayed" "$KV_LOG" | cut -c1-200
-kv_stop_node
+KV_PID=$(up_ping_field pid) # the new process serves now
+up_stop_node
