@@ -4,9 +4,9 @@
 // A file in the database directory, allocated to its full size when it is
 // created (before the writer switch: fallocate, or zeros written where that
 // is not supported), so that an append never grows the file and never finds
-// the disk full. Each record
-// is the RocksDB batch one write would have written, as a list of puts and
-// deletes by column family index. Layout (little-endian, docs/format.md):
+// the disk full. Each record is the RocksDB batch one write would have
+// written, as a list of puts and deletes by column family index. Layout (little-endian,
+// docs/format.md):
 //
 //   file    "KVJRNL01" u64 0 | record* | zeros
 //   record  u32 payload_size (> 0) | u32 0 | u64 XXH3(payload) | payload
@@ -19,8 +19,10 @@
 // never acknowledged: reading stops there.
 //
 // Replay order (store.cc): every start of a writer reads the journal, writes
-// all its records into RocksDB as one synced batch, then removes the file
-// (and syncs the directory) before RocksDB takes any other write. Replaying
+// its records into RocksDB in order (one synced batch; the new process of an
+// upgrade, still appending, writes those so far, then under its write lock
+// those since), then removes the file (and syncs the directory) before
+// RocksDB takes any other write. Replaying
 // the same records twice (a crash between the batch and the removal) writes
 // the same values again, so it is harmless; replaying them after a newer
 // write would not be, hence the order.
