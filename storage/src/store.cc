@@ -166,6 +166,20 @@ void CloseRocksDbHandles(const std::string& path, rocksdb::DB* db,
 
 }  // namespace
 
+namespace {
+
+// The u64 record `key` of the meta column family (db_layout.h); 0 when absent.
+absl::StatusOr<uint64_t> ReadMetaU64(rocksdb::DB* db, rocksdb::ColumnFamilyHandle* meta,
+                                     const char* key, absl::string_view what) {
+  std::string v;
+  rocksdb::Status rs = db->Get(rocksdb::ReadOptions(), meta, key, &v);
+  if (rs.IsNotFound()) return 0;
+  if (!rs.ok()) return FromRocks(rs, what);
+  return v.size() == 8 ? LoadU64(v.data()) : 0;
+}
+
+}  // namespace
+
 absl::Status Store::OpenRocksDb() { return OpenRocksDbAt(options_, &db_, &cfs_); }
 
 void Store::CloseRocksDb() {
@@ -302,14 +316,10 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const StoreOptions& options) 
     LOG(INFO) << "store " << options.db_path << ": replayed " << *replayed
               << " journaled writes into RocksDB (left by a process that was stopped)";
   }
-  uint64_t db_gen = 0;
-  std::string v;
-  rocksdb::Status rs = st.db_->Get(rocksdb::ReadOptions(), st.cfs_[1], kGenerationKey, &v);
-  if (rs.ok() && v.size() == 8) {
-    db_gen = LoadU64(v.data());
-  } else if (!rs.IsNotFound()) {
-    return FromRocks(rs, "read arena generation");
-  }
+  absl::StatusOr<uint64_t> stored_gen =
+      ReadMetaU64(st.db_, st.cfs_[1], kGenerationKey, "read arena generation");
+  if (!stored_gen.ok()) return stored_gen.status();
+  const uint64_t db_gen = *stored_gen;
 
   absl::StatusOr<std::unique_ptr<Arena>> arena = Arena::Attach(options.arena_options());
   std::string why;
@@ -428,19 +438,18 @@ absl::Status Store::OpenDb() {
   }
   db_ = db;
   cfs_ = std::move(cfs);
-  std::string v;
-  rocksdb::Status rs = db_->Get(rocksdb::ReadOptions(), cfs_[1], kGenerationKey, &v);
-  if (!rs.ok() && !rs.IsNotFound()) {
+  absl::StatusOr<uint64_t> db_gen =
+      ReadMetaU64(db_, cfs_[1], kGenerationKey, "read arena generation");
+  if (!db_gen.ok()) {
     CloseRocksDb();
-    return FromRocks(rs, "read arena generation");
+    return db_gen.status();
   }
-  const uint64_t db_gen = rs.ok() && v.size() == 8 ? LoadU64(v.data()) : 0;
   const uint64_t gen = HeaderWord(arena_->header()->generation).load();
-  if (gen != db_gen) {
+  if (gen != *db_gen) {
     CloseRocksDb();
     return absl::FailedPreconditionError(absl::StrCat(
         "arena ", arena_->path(), " has generation ", gen, " but database ", options_.db_path,
-        " has ", db_gen, ": the arena does not reflect this database (use Open to rebuild)"));
+        " has ", *db_gen, ": the arena does not reflect this database (use Open to rebuild)"));
   }
   const uint64_t journaled_last = last_version_;
   const bool was_journaling = journal_ != nullptr;
@@ -553,13 +562,13 @@ absl::Status Store::ReopenDbAfterFailedHandoff() {
     // may have acknowledged those writes (and its clients' dedupe state is not
     // ours): resuming could contradict them. Its first write records its
     // generation in the same batch, so no record means no write.
-    std::string v;
-    rocksdb::Status rs = db_->Get(rocksdb::ReadOptions(), cfs_[1], kWrittenGenerationKey, &v);
-    if (!rs.ok() && !rs.IsNotFound()) {
+    absl::StatusOr<uint64_t> read =
+        ReadMetaU64(db_, cfs_[1], kWrittenGenerationKey, "read the written generation");
+    if (!read.ok()) {
       CloseRocksDb();
-      return FromRocks(rs, "read the written generation");
+      return read.status();
     }
-    const uint64_t written = rs.ok() && v.size() == 8 ? LoadU64(v.data()) : 0;
+    const uint64_t written = *read;
     if (written > claimed_generation_) {
       CloseRocksDb();
       return absl::FailedPreconditionError(
