@@ -53,8 +53,14 @@ if [[ $mode == --inner ]]; then
   last_ms=0
   cleanup() { [[ -n $node_pid ]] && kill -KILL "$node_pid" 2>/dev/null; return 0; }
   trap cleanup EXIT
-  gone() { [[ ! -e /proc/$1 ]] || grep -q '^State:[[:space:]]*Z' "/proc/$1/status" 2>/dev/null; }
   ping_field() { "$kvctl" --admin_socket "$admin" --json ping 2>/dev/null | grep -o "\"$1\":[0-9]*" | cut -d: -f2; }
+  idle() { [[ $("$kvctl" --admin_socket "$admin" --json stats 2>/dev/null) == *'"upgrade_in_progress":false'* ]]; }
+  at_generation() { [[ $(ping_field generation) == "$1" ]]; }
+  die() {
+    echo "bench-upgrade: $*; last lines of kvnode's log:"
+    tail -20 "$dir/kvnode.log"
+    exit 1
+  }
   stats_field() { "$kvctl" --admin_socket "$admin" --json stats 2>/dev/null | grep -o "\"$1\":[0-9]*" | cut -d: -f2; }
   # --handshake_timeout_ms 60000: the node's default cut (5 s from accept to
   # Ready) counts a fresh kvload's own QP set-up and, after a restart, the new
@@ -115,11 +121,13 @@ PY
   # One live upgrade; sets last_ms = signal -> old process exit.
   live_event() {
     local old=$node_pid gen t0
+    # A signal during the previous upgrade's tail would be refused.
+    kv_await 120 idle || die "the previous upgrade is still in progress after 120 s"
     gen=$(ping_field generation)
     t0=$(date +%s%N)
     kill -USR2 "$old"
-    until [[ $(ping_field generation) == $((gen + 1)) ]]; do sleep 0.02; done # poll
-    until gone "$old"; do sleep 0.02; done # poll
+    kv_await 120 at_generation $((gen + 1)) || die "no generation $((gen + 1)) within 120 s"
+    kv_await 120 kv_gone "$old" || die "old process $old still alive 120 s after the signal"
     last_ms=$((($(date +%s%N) - t0) / 1000000))
     reap "$old"
     node_pid=$(ping_field pid)
@@ -153,7 +161,7 @@ print("    phases %s: writer_switch %s ms  signal->N_writes %s ms  signal->O_exi
     local old=$node_pid t0
     t0=$(date +%s%N)
     kill -TERM "$old"
-    until gone "$old"; do sleep 0.02; done # poll
+    kv_await 300 kv_gone "$old" || die "node $old still alive 300 s after SIGTERM"
     reap "$old"
     start_node
     last_ms=$((($(date +%s%N) - t0) / 1000000))
@@ -232,7 +240,7 @@ print("    phases %s: writer_switch %s ms  signal->N_writes %s ms  signal->O_exi
     row "$keys" naive "$ev_ms"
     grep -E "store .*: (rebuilt|reattached|created)" "$dir/kvnode.log" | tail -1 || true
     kill -TERM "$node_pid"
-    until gone "$node_pid"; do sleep 0.02; done # poll
+    kv_await 300 kv_gone "$node_pid" || die "node $node_pid still alive 300 s after SIGTERM"
     wait "$node_pid" 2>/dev/null || true
     node_pid=""
     rm -rf "$dir/db" # the guest's /tmp is memory (1e6 keys: ~100 MB); the logs stay

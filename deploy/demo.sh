@@ -51,7 +51,16 @@ if [[ $mode == --inner ]]; then
   "$build/tools/kvctl" --admin_socket "$admin" ping
   kvctl() { "$build/tools/kvctl" --admin_socket "$admin" "$@"; }
   ping_field() { kvctl --json ping | grep -o "\"$1\":[0-9]*" | cut -d: -f2; }
-  gone() { [[ ! -e /proc/$1 ]] || grep -q '^State:[[:space:]]*Z' "/proc/$1/status"; }
+  # Every wait below has a deadline; a missed one shows what the node and
+  # kvload said instead of hanging until the VM's timeout.
+  fail() {
+    echo "demo: $*"
+    echo "== last lines of kvnode's log ($dir/kvnode.log)"
+    tail -40 "$dir/kvnode.log"
+    echo "== last lines of kvload's log"
+    tail -10 "$dir/kvload.log"
+    exit 1
+  }
   upgrades=${DEMO_UPGRADES:-3}
   keys=${DEMO_KEYS:-10000}
   echo "== kvload: preload $keys keys, then YCSB A with --verify (8 clients, depth 4);"
@@ -78,14 +87,20 @@ if [[ $mode == --inner ]]; then
   steady=${DEMO_STEADY_S:-$((steady_ms / 1000)).$(printf %03d $((steady_ms % 1000)))}
   sleep "$steady" # steady load before the first upgrade (the demo's pacing)
   windows=()
+  idle() { [[ $(kvctl --json stats) == *'"upgrade_in_progress":false'* ]]; }
+  at_generation() { [[ $(ping_field generation) == "$1" ]]; }
   for ((i = 1; i <= upgrades; i++)); do
+    # A signal during the previous upgrade's tail (the new process opening
+    # RocksDB) would be refused: start each upgrade from an idle node.
+    kv_await 120 idle || fail "upgrade $((i - 1)) still in progress after 120 s"
     old=$(ping_field pid)
     gen=$(ping_field generation)
     t0=$(date +%s%N)
     kill -USR2 "$old"
-    until [[ $(ping_field generation) == $((gen + 1)) ]]; do sleep 0.05; done # poll
+    kv_await 120 at_generation $((gen + 1)) ||
+      fail "no generation $((gen + 1)) within 120 s of upgrade $i's signal"
     new=$(ping_field pid)
-    until gone "$old"; do sleep 0.05; done # poll: the old process exits by itself
+    kv_await 120 kv_gone "$old" || fail "old process $old still alive 120 s after the signal"
     t1=$(date +%s%N)
     [[ $old == "$node_pid" ]] && { wait "$node_pid" || echo "old process exited non-zero"; }
     windows+=("$i $old $new $t0 $t1")
@@ -126,7 +141,7 @@ PY
   kvctl stats
   echo "== stopping kvnode (SIGTERM to pid $node_pid)"
   kill -TERM "$node_pid"
-  until gone "$node_pid"; do sleep 0.05; done # poll
+  kv_await 60 kv_gone "$node_pid" || fail "kvnode $node_pid still alive 60 s after SIGTERM"
   grep -E "kvnode: exit" "$dir/kvnode.log" | tail -1 || true
   echo "kvload exited $rc; report: $dir/report.json"
   ((rc == 0))

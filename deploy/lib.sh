@@ -39,3 +39,17 @@ kv_wait_listen() { # PORT SECONDS
     sleep 0.05 # polling a condition under a deadline, not synchronising by time
   done
 }
+
+# True once process PID has exited (gone, or a zombie its parent has not
+# reaped yet).
+kv_gone() { [[ ! -e /proc/$1 ]] || grep -qs '^State:[[:space:]]*Z' "/proc/$1/status"; }
+
+# Polls CMD every 50 ms until it succeeds; returns 1 after SECONDS.
+kv_await() { # SECONDS CMD...
+  local deadline=$((SECONDS + $1))
+  shift
+  until "$@"; do
+    ((SECONDS < deadline)) || return 1
+    sleep 0.05 # polling a condition under a deadline, not synchronising by time
+  done
+}
