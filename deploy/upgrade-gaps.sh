@@ -44,6 +44,15 @@ for s in r["timeline"]:
         print("slot %7.0f ms: ops %4d reads %4d writes %4d max latency %8.0f us" % (
             s["t_ms"], s["ops"], s["reads"], s["writes"], s["max_latency_us"]))
 PY
-grep -E "upgrade:|takeover:|replayed" "$KV_LOG" | cut -c1-200
+# The node's upgrade steps and the moved clients' new sessions, beside each
+# client's own "moved" line: a move's time runs from O's Move to the client's.
+{
+  grep -E "upgrade:|takeover:|replayed|session ready" "$KV_LOG"
+  grep -E "kvclient: client [0-9]+ (moved|told to move)" "$KV_DIR/kvload.log"
+} | sort -k2,2 | cut -c1-300
 KV_PID=$(up_ping_field pid) # the new process serves now
+kv_wait_for 60 up_not_in_progress || kv_fail "upgrade still in progress"
+echo "phases (upgrade_last_phase_seconds, ms): $("$KV_KVCTL" --admin_socket "$KV_ADMIN" metrics |
+  sed -nE 's/^kvnode_upgrade_last_phase_seconds\{phase="([^"]*)"\} (.*)/\1 \2/p' |
+  awk '{printf "%s=%.0f ", $1, $2 * 1000}')"
 up_stop_node

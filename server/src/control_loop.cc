@@ -205,6 +205,7 @@ void ServerImpl::OnHello(Conn& c, const proto::Hello& hello) {
   // Hello is always seen as free. The answer comes back to OnSessionCreated.
   ++pending_creates_;
   c.data_session = true;
+  c.hello_at = absl::Now();
   VLOG(1) << "Hello from " << c.peer << " (" << hello.client_name << "), client id "
           << hello.client_id;
   data_->Post(
@@ -247,6 +248,7 @@ void ServerImpl::OnSessionCreated(uint64_t id, absl::StatusOr<SessionSetup> setu
                  << setup->client_id;
   }
   c->client_id = setup->client_id;
+  c->welcome_at = absl::Now();
   if (absl::Status s = c->session.SendWelcome(MakeWelcome(*setup)); !s.ok()) {
     LOG(ERROR) << "Welcome for " << c->peer << ": " << s;
     metrics_.Error(ErrorKind::kSessionSetup);
@@ -289,13 +291,14 @@ proto::Welcome ServerImpl::MakeWelcome(const SessionSetup& setup) const {
 void ServerImpl::OnClientQp(Conn& c, const proto::QpInfo& qp) {
   // The QP is connected on the data thread; the answer comes back to
   // OnQpConnected.
+  c.client_qp_at = absl::Now();
   data_->Post([this, id = c.id, qp] {
     absl::Status st = data_->ConnectSession(id, qp);
-    control_tasks_->Post([this, id, st] { OnQpConnected(id, st); });
+    control_tasks_->Post([this, id, st, at = absl::Now()] { OnQpConnected(id, st, at); });
   });
 }
 
-void ServerImpl::OnQpConnected(uint64_t id, const absl::Status& st) {
+void ServerImpl::OnQpConnected(uint64_t id, const absl::Status& st, absl::Time connected_at) {
   Conn* c = FindConn(id);
   if (c == nullptr) return;
   if (!st.ok()) {
@@ -314,8 +317,16 @@ void ServerImpl::OnQpConnected(uint64_t id, const absl::Status& st) {
   c->ready = true;
   c->last_keepalive = absl::Now();
   metrics_.Add(Counter::kSessionsAccepted);
+  // Each step's time since accept: a slow Welcome is this node's session
+  // set-up, a slow ClientQp the client's QP set-up, a slow Ready the QP's
+  // connection here.
+  auto since = [&](absl::Time t) {
+    return absl::FormatDuration(absl::Trunc(t - c->accepted, absl::Microseconds(100)));
+  };
   LOG(INFO) << "session ready: client " << c->client_id << " (" << c->peer << ", "
-            << c->session.client_name() << ")";
+            << c->session.client_name() << ") " << since(absl::Now()) << " after accept (Hello "
+            << since(c->hello_at) << ", Welcome " << since(c->welcome_at) << ", ClientQp "
+            << since(c->client_qp_at) << ", QP connected " << since(connected_at) << ")";
   FlushConn(*c);
 }
 

@@ -210,7 +210,16 @@ void DataPlane::Loop() {
         }
       }
     }
-    for (int i = 0; i < *n; ++i) HandleCompletion(wcs[i]);
+    // A task (a session's set-up or teardown, a Move, a stats snapshot)
+    // waits for one request, not for a whole batch of them: under a write
+    // load each request may hold this thread for a synced RocksDB write, and
+    // a client moving in during a live upgrade waits on its session's tasks.
+    // A task may reap a session whose completions are later in `wcs`;
+    // HandleCompletion ignores those, as after any reap.
+    for (int i = 0; i < *n; ++i) {
+      HandleCompletion(wcs[i]);
+      if (tasks_->pending()) tasks_->RunAll();
+    }
     return *n;
   };
   // After a busy round: `n` completions handled.

@@ -70,6 +70,9 @@ struct Conn {
   std::string peer;
   ControlSession session;
   absl::Time accepted;
+  absl::Time hello_at;  // the handshake's steps, for the "session ready" log line
+  absl::Time welcome_at;
+  absl::Time client_qp_at;
   absl::Time last_rx;
   absl::Time last_keepalive;
   uint64_t client_id = 0;
@@ -125,7 +128,7 @@ class ServerImpl {
   void CloseReplaced(uint64_t old_id, const Conn& by);
   proto::Welcome MakeWelcome(const SessionSetup& setup) const;
   void OnClientQp(Conn& c, const proto::QpInfo& qp);
-  void OnQpConnected(uint64_t id, const absl::Status& st);
+  void OnQpConnected(uint64_t id, const absl::Status& st, absl::Time connected_at);
   void OnMoveAck(Conn& c);
   void OnClosed(const Conn& c, const ControlSession::ClosedEvent& closed);
   void FlushConn(Conn& c);
