@@ -52,7 +52,5 @@ PY
 } | sort -k2,2 | cut -c1-300
 KV_PID=$(up_ping_field pid) # the new process serves now
 kv_wait_for 60 up_not_in_progress || kv_fail "upgrade still in progress"
-echo "phases (upgrade_last_phase_seconds, ms): $("$KV_KVCTL" --admin_socket "$KV_ADMIN" metrics |
-  sed -nE 's/^kvnode_upgrade_last_phase_seconds\{phase="([^"]*)"\} (.*)/\1 \2/p' |
-  awk '{printf "%s=%.0f ", $1, $2 * 1000}')"
+echo "phases (upgrade_last_phase_seconds, ms): $(up_phases)"
 up_stop_node

@@ -225,6 +225,18 @@ absl::StatusOr<std::vector<std::vector<JournalOp>>> WriteJournal::ReadFrom(const
   return out;
 }
 
+std::string WriteJournal::RetiredPathFor(const std::string& path) {
+  return absl::StrCat(path, ".retired");
+}
+
+absl::Status WriteJournal::Retire(const std::string& path) {
+  if (::rename(path.c_str(), RetiredPathFor(path).c_str()) != 0) {
+    if (errno == ENOENT) return absl::OkStatus();
+    return base::ErrnoStatus(errno, absl::StrCat("rename ", path));
+  }
+  return SyncDir(path);
+}
+
 absl::Status WriteJournal::Remove(const std::string& path) {
   if (::unlink(path.c_str()) != 0) {
     if (errno == ENOENT) return absl::OkStatus();

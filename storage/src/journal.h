@@ -82,6 +82,12 @@ class WriteJournal {
       const std::string& path, uint64_t from, uint64_t* end);
   // Removes the journal and syncs the directory. OK when there is none.
   [[nodiscard]] static absl::Status Remove(const std::string& path);
+  // Renames the journal to RetiredPathFor(path) and syncs the directory: from
+  // then on no start replays it. O(1), where removing a file allocated in full
+  // frees every block (seconds for 32 MiB on the TCG guest's tmpfs): a writer
+  // retires it under its write lock and removes the retired file after.
+  [[nodiscard]] static absl::Status Retire(const std::string& path);
+  static std::string RetiredPathFor(const std::string& path);
 
  private:
   WriteJournal(std::string path, base::UniqueFd fd, uint64_t size)

@@ -190,6 +190,13 @@ void Store::CloseRocksDb() {
 
 namespace {
 
+// OpenDb's replay outside the write lock: a pass of at most this many
+// records leaves few enough for the lock (one synced batch of about as many,
+// milliseconds where a pass of thousands took seconds in the TCG guest);
+// the bound on passes ends a replay that writes outpace without progress.
+constexpr uint64_t kShortJournalPass = 64;
+constexpr int kMaxJournalPasses = 16;
+
 // Writes the journal's whole records from offset `from` into `db` as one
 // synced batch; *end = the offset after the last. Returns how many.
 absl::StatusOr<uint64_t> ApplyJournal(const std::string& path, rocksdb::DB* db,
@@ -229,9 +236,10 @@ absl::StatusOr<uint64_t> Store::ReplayJournal(uint64_t from) {
   absl::StatusOr<uint64_t> n = ApplyJournal(path, db_, cfs_, from, &end);
   if (!n.ok()) return n.status();
   CrashPoint("journal.after_replay");
-  // Removed (and the removal synced) before RocksDB takes another write: a
-  // later replay of these records would undo it.
-  if (absl::Status s = WriteJournal::Remove(path); !s.ok()) return s;
+  // Retired (and the rename synced) before RocksDB takes another write: a
+  // later replay of these records would undo it. The caller removes the
+  // retired file once it no longer holds the locks (RemoveRetiredJournal).
+  if (absl::Status s = WriteJournal::Retire(path); !s.ok()) return s;
   journal_.reset();
   prepared_journal_.reset();
   replayed_.fetch_add(*n, std::memory_order_relaxed);
@@ -312,6 +320,7 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const StoreOptions& options) 
   if (absl::Status s = st.OpenRocksDb(); !s.ok()) return s;
   absl::StatusOr<uint64_t> replayed = st.ReplayJournal();
   if (!replayed.ok()) return replayed.status();
+  st.RemoveRetiredJournal();
   if (*replayed > 0) {
     LOG(INFO) << "store " << options.db_path << ": replayed " << *replayed
               << " journaled writes into RocksDB (left by a process that was stopped)";
@@ -420,16 +429,35 @@ absl::Status Store::OpenDb() {
   rocksdb::DB* db = nullptr;
   std::vector<rocksdb::ColumnFamilyHandle*> cfs;
   if (absl::Status s = OpenRocksDbAt(options_, &db, &cfs); !s.ok()) return s;
-  // The journal's records so far go into RocksDB before the write lock is
-  // taken too (writes go on into the journal meanwhile; RocksDB takes no
-  // other write): under the lock only the few since remain.
+  // The journal's records go into RocksDB before the write lock is taken
+  // too, pass after pass while writes go on into the journal (RocksDB takes
+  // no other write): each pass replays what came in during the one before,
+  // so that under the lock, where every write waits, only the records of the
+  // last short pass remain. Passes stop when one is short or no shorter than
+  // the one before (writes arriving as fast as they are replayed).
   const std::string jpath = WriteJournal::PathFor(options_.db_path);
   uint64_t replayed_to = 0;
-  absl::StatusOr<uint64_t> early = ApplyJournal(jpath, db, cfs, 0, &replayed_to);
-  if (!early.ok()) {
-    CloseRocksDbHandles(options_.db_path, db, &cfs);
-    return early.status();
+  uint64_t early = 0;
+  uint64_t previous = UINT64_MAX;
+  for (int pass = 0; pass < kMaxJournalPasses; ++pass) {
+    absl::StatusOr<uint64_t> n = ApplyJournal(jpath, db, cfs, replayed_to, &replayed_to);
+    if (!n.ok()) {
+      CloseRocksDbHandles(options_.db_path, db, &cfs);
+      return n.status();
+    }
+    early += *n;
+    if (options_.after_journal_pass) options_.after_journal_pass();
+    if (*n <= kShortJournalPass || *n >= previous) break;
+    previous = *n;
   }
+  absl::Status s = AdoptDbAndReplayRest(db, std::move(cfs), replayed_to, early);
+  if (s.ok()) RemoveRetiredJournal();
+  return s;
+}
+
+absl::Status Store::AdoptDbAndReplayRest(rocksdb::DB* db,
+                                         std::vector<rocksdb::ColumnFamilyHandle*> cfs,
+                                         uint64_t replayed_to, uint64_t early) {
   absl::MutexLock w(&write_mu_);
   absl::MutexLock d(&db_mu_);
   if (db_ != nullptr || closed_) {
@@ -459,9 +487,10 @@ absl::Status Store::OpenDb() {
     CloseRocksDb();  // the journal stays: the next writer replays it
     return late.status();
   }
-  replayed_.fetch_add(*early, std::memory_order_relaxed);
-  if (*early + *late > 0) {
-    LOG(INFO) << "store " << options_.db_path << ": replayed " << *early + *late
+  replayed_.fetch_add(early, std::memory_order_relaxed);
+  replayed_locked_.fetch_add(*late, std::memory_order_relaxed);
+  if (early + *late > 0) {
+    LOG(INFO) << "store " << options_.db_path << ": replayed " << early + *late
               << " journaled writes into RocksDB (" << *late << " under the write lock)";
   }
   absl::Status s = BecomeWriter();
@@ -472,7 +501,17 @@ absl::Status Store::OpenDb() {
   return s;
 }
 
+void Store::RemoveRetiredJournal() {
+  const std::string retired = WriteJournal::RetiredPathFor(WriteJournal::PathFor(options_.db_path));
+  // Its records are in RocksDB: a failure only leaves a file the next
+  // PrepareJournal or start removes.
+  if (absl::Status s = WriteJournal::Remove(retired); !s.ok()) {
+    LOG(WARNING) << "store " << options_.db_path << ": " << s;
+  }
+}
+
 absl::Status Store::PrepareJournal() {
+  RemoveRetiredJournal();  // one a crash left behind
   absl::StatusOr<std::unique_ptr<WriteJournal>> j =
       WriteJournal::Create(WriteJournal::PathFor(options_.db_path), options_.journal_bytes);
   if (!j.ok()) return j.status();
@@ -953,6 +992,7 @@ StoreStats Store::stats() const {
   s.rebuilt_keys = rebuilt_keys_;
   s.journaled = journaled_.load(std::memory_order_relaxed);
   s.replayed = replayed_.load(std::memory_order_relaxed);
+  s.replayed_locked = replayed_locked_.load(std::memory_order_relaxed);
   return s;
 }
 

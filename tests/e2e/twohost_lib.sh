@@ -141,7 +141,8 @@ lat = r["latency_us"]
 line = (f"{r['ops']} ops ({r['ops_per_s']:.0f}/s), failed {r['failed_ops']}, verify errors 0, "
         f"stale 0, GETs by READ {c['gets_by_read']} by RPC {c['gets_by_rpc']}, "
         f"reconnects {c['reconnects']}, moves {c['moves']}, timeouts {c['timeouts']}, "
-        f"p50 {lat['p50']:.0f} us p99 {lat['p99']:.0f} us, longest gap {r['blackout_ms']:.0f} ms")
+        f"p50 {lat['p50']:.0f} us p99 {lat['p99']:.0f} us, longest gap {r['blackout_ms']:.0f} ms "
+        f"(GETs {r['blackout_read_ms']:.0f} ms, writes {r['blackout_write_ms']:.0f} ms)")
 if len(sys.argv) > 4:
     # Operations completed after the link came back (the timeline counts
     # from kvload's start of the run, T_BASE on this clock).

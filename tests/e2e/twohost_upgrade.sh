@@ -30,6 +30,7 @@ server() {
     how=kill
     ((i % 2 == 0)) && how=kvctl
     up_upgrade "$how"
+    kv_log "upgrade $i phases (ms): $(up_phases)"
     kv_wait_for 60 clients_are $clients || kv_fail "upgrade $i: clients on the new process: $(kv_stat clients)"
     # The Move must name the advertised address, never the listener's
     # 0.0.0.0. A client between two sessions at that moment (its QP timed

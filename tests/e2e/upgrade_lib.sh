@@ -73,6 +73,13 @@ up_ping_field() {
 }
 up_generation_is() { [[ $(up_ping_field generation) == "$1" ]]; }
 up_not_in_progress() { [[ $(kv_admin stats) == *'"upgrade_in_progress":false'* ]]; }
+# The last upgrade's phases (upgrade_last_phase_seconds) in ms, one line;
+# complete once the upgrade is no longer in progress (O's come with Gone).
+up_phases() {
+  "$KV_KVCTL" --admin_socket "$KV_ADMIN" metrics |
+    sed -nE 's/^kvnode_upgrade_last_phase_seconds\{phase="([^"]*)"\} (.*)/\1 \2/p' |
+    awk '{printf "%s%s=%.0f", (NR == 1 ? "" : " "), $1, $2 * 1000}'
+}
 
 UP_FIRST_PID=""
 up_upgrade() {

@@ -53,10 +53,17 @@ TEST(WriteJournalTest, RecordsReadBackInOrder) {
   ASSERT_TRUE(read.ok()) << read.status();
   ASSERT_EQ(read->size(), 100u);
   for (int i = 0; i < 100; ++i) EXPECT_EQ((*read)[i], OneWrite(i)) << i;
-  ASSERT_TRUE(WriteJournal::Remove(path).ok());
+  // Retired: nothing left to replay at `path`, the records kept aside until
+  // the retired file is removed.
+  ASSERT_TRUE(WriteJournal::Retire(path).ok());
   EXPECT_FALSE(Exists(path));
   EXPECT_TRUE(WriteJournal::ReadAll(path)->empty());  // no file: nothing to replay
-  EXPECT_TRUE(WriteJournal::Remove(path).ok());
+  const std::string retired = WriteJournal::RetiredPathFor(path);
+  EXPECT_EQ(WriteJournal::ReadAll(retired)->size(), 100u);
+  EXPECT_TRUE(WriteJournal::Retire(path).ok());  // none: nothing to do
+  ASSERT_TRUE(WriteJournal::Remove(retired).ok());
+  EXPECT_FALSE(Exists(retired));
+  EXPECT_TRUE(WriteJournal::Remove(retired).ok());
 }
 
 // A reader can take the records in two goes while the writer appends
@@ -182,6 +189,7 @@ TEST(WriterSwitchTest, JournaledWritesAreServedAndReplayed) {
   o->reset();
   ASSERT_TRUE((*n)->OpenDb().ok());
   EXPECT_FALSE(Exists(jpath));
+  EXPECT_FALSE(Exists(WriteJournal::RetiredPathFor(jpath)));  // removed after the lock
   EXPECT_EQ((*n)->stats().replayed, 3u);
   auto after = (*n)->Put(Key(3), Value(3, "new"));
   ASSERT_TRUE(after.ok());
@@ -243,6 +251,68 @@ TEST(WriterSwitchTest, WritesGoOnWhileRocksDbOpens) {
   auto next = (*cold)->Put("next", "n");
   ASSERT_TRUE(next.ok());
   EXPECT_EQ(*next, versions.back() + 1);
+}
+
+// Writes that arrive while OpenDb replays the journal outside the write lock
+// are replayed by further passes outside it, not under it (where every write
+// waits): WritesPerPass[k] writes arrive after pass k.
+void ReplayWithWritesBetweenPasses(const std::vector<int>& writes_per_pass,
+                                   uint64_t expect_locked) {
+  TempStore t;
+  uint64_t last = 0;
+  {
+    auto o = Store::Open(t.options);
+    ASSERT_TRUE(o.ok()) << o.status();
+    for (int i = 0; i < 100; ++i) ASSERT_TRUE((*o)->Put(Key(i), Value(i, "old")).ok());
+    ASSERT_TRUE((*o)->CloseDbForHandoff().ok());
+    last = (*o)->last_version();
+  }
+  StoreOptions opts = t.options;
+  Store* store = nullptr;
+  size_t pass = 0;
+  int written = 0;
+  opts.after_journal_pass = [&] {
+    const int k = pass < writes_per_pass.size() ? writes_per_pass[pass] : writes_per_pass.back();
+    ++pass;
+    for (int i = 0; i < k; ++i, ++written) {
+      ASSERT_TRUE(store->Put(Key(written % 100), Value(written, "between")).ok());
+    }
+  };
+  auto n = Store::AttachLive(opts);
+  ASSERT_TRUE(n.ok()) << n.status();
+  store = n->get();
+  ASSERT_TRUE(store->PrepareJournal().ok());
+  ASSERT_TRUE(store->BecomeJournalWriter(last).ok());
+  for (; written < 200; ++written) {
+    ASSERT_TRUE(store->Put(Key(written % 100), Value(written, "before")).ok());
+  }
+  ASSERT_TRUE(store->OpenDb().ok());
+  EXPECT_EQ(store->stats().journaled, static_cast<uint64_t>(written));
+  EXPECT_EQ(store->stats().replayed, static_cast<uint64_t>(written));
+  EXPECT_EQ(store->stats().replayed_locked, expect_locked);
+  auto next = store->Put("next", "n");
+  ASSERT_TRUE(next.ok());
+  EXPECT_EQ(*next, last + written + 1);
+  ASSERT_TRUE(store->Close().ok());
+  n->reset();
+  auto cold = Store::Open(t.options);
+  ASSERT_TRUE(cold.ok()) << cold.status();
+  for (int i = written - 100; i < written; ++i) {
+    auto v = (*cold)->Get(Key(i % 100));
+    ASSERT_TRUE(v.ok()) << v.status();
+    EXPECT_EQ(v->value, Value(i, i < 200 ? "before" : "between"));
+  }
+}
+
+TEST(WriterSwitchTest, WritesDuringTheReplayAreReplayedBeforeTheLock) {
+  // Passes of 200, 150 and 20 records (short: the last outside the lock).
+  ReplayWithWritesBetweenPasses({150, 20, 0}, 0);
+}
+
+TEST(WriterSwitchTest, ReplayOutpacedByWritesStillEnds) {
+  // 200 records per pass, forever: the second pass is no shorter than the
+  // first, so the rest is replayed under the lock.
+  ReplayWithWritesBetweenPasses({200}, 200);
 }
 
 // A handoff that fails before the new side took a write: the old side takes

@@ -114,6 +114,9 @@ struct StoreOptions {
   // Size of the write journal of a live upgrade (allocated when created):
   // a write that does not fit waits (Unavailable) for RocksDB.
   uint64_t journal_bytes = uint64_t{32} << 20;
+  // Called after each pass of OpenDb's replay of the journal outside the
+  // write lock (tests: writes that arrive between passes).
+  std::function<void()> after_journal_pass;
 
   [[nodiscard]] absl::Status Validate() const;
   ArenaOptions arena_options() const;
@@ -136,9 +139,10 @@ struct StoreStats {
   // This process only:
   uint64_t puts = 0, deletes = 0;
   uint64_t gets_arena = 0, gets_db = 0, gets_missing = 0, promotions = 0;
-  uint64_t rebuilt_keys = 0;  // keys loaded by the rebuild at Open (0 if none)
-  uint64_t journaled = 0;     // writes made durable in the write journal
-  uint64_t replayed = 0;      // journaled writes replayed into RocksDB
+  uint64_t rebuilt_keys = 0;     // keys loaded by the rebuild at Open (0 if none)
+  uint64_t journaled = 0;        // writes made durable in the write journal
+  uint64_t replayed = 0;         // journaled writes replayed into RocksDB
+  uint64_t replayed_locked = 0;  // of those, replayed while writes waited
 };
 
 // What a Put or Delete did, for a SideRecord's value.
@@ -254,10 +258,19 @@ class Store {
   absl::Status OpenRocksDb() ABSL_EXCLUSIVE_LOCKS_REQUIRED(db_mu_);
   void CloseRocksDb() ABSL_EXCLUSIVE_LOCKS_REQUIRED(db_mu_);
   // Writes the records of a journal left in the database directory from
-  // offset `from` (0: all) into RocksDB (one synced batch) and removes it;
-  // returns how many.
+  // offset `from` (0: all) into RocksDB (one synced batch) and retires it
+  // (journal.h); returns how many.
   absl::StatusOr<uint64_t> ReplayJournal(uint64_t from = 0)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_, db_mu_);
+  // Removes the journal ReplayJournal retired, if any (outside the locks:
+  // freeing its blocks may take long).
+  void RemoveRetiredJournal();
+  // OpenDb's part under the locks: takes the RocksDB it opened, replays the
+  // journal's records from `replayed_to` (`early` were replayed before) and
+  // becomes the writer.
+  absl::Status AdoptDbAndReplayRest(rocksdb::DB* db, std::vector<rocksdb::ColumnFamilyHandle*> cfs,
+                                    uint64_t replayed_to, uint64_t early)
+      ABSL_LOCKS_EXCLUDED(write_mu_, db_mu_);
   // Makes one write's mutations durable: RocksDB, or the journal during the
   // writer switch.
   absl::Status Commit(WriteSet& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_)
@@ -314,7 +327,7 @@ class Store {
   OpenedAs opened_as_ = OpenedAs::kCreated;
   uint64_t rebuilt_keys_ = 0;
   mutable std::atomic<uint64_t> puts_{0}, deletes_{0}, gets_arena_{0}, gets_db_{0},
-      gets_missing_{0}, promotions_{0}, journaled_{0}, replayed_{0};
+      gets_missing_{0}, promotions_{0}, journaled_{0}, replayed_{0}, replayed_locked_{0};
 };
 
 const char* OpenedAsName(Store::OpenedAs a);
