@@ -156,6 +156,17 @@ TEST(WriteJournalTest, CreateRefusesUnreplayedRecords) {
 
 // The switch as the two processes of an upgrade run it (here in one process,
 // two stores on the same database and arena).
+// The old side: writes Key(0..99) and lets RocksDB go (closed for the
+// handoff); returns its last version.
+uint64_t OldSideWritesAndLetsGo(const StoreOptions& options) {
+  auto o = Store::Open(options);
+  EXPECT_TRUE(o.ok()) << o.status();
+  if (!o.ok()) return 0;
+  for (int i = 0; i < 100; ++i) EXPECT_TRUE((*o)->Put(Key(i), Value(i, "old")).ok());
+  EXPECT_TRUE((*o)->CloseDbForHandoff().ok());
+  return (*o)->last_version();
+}
+
 TEST(WriterSwitchTest, JournaledWritesAreServedAndReplayed) {
   TempStore t;
   auto o = Store::Open(t.options);
@@ -210,14 +221,7 @@ TEST(WriterSwitchTest, JournaledWritesAreServedAndReplayed) {
 // the open, none is lost, and versions stay in order across the replay.
 TEST(WriterSwitchTest, WritesGoOnWhileRocksDbOpens) {
   TempStore t;
-  uint64_t last = 0;
-  {
-    auto o = Store::Open(t.options);
-    ASSERT_TRUE(o.ok()) << o.status();
-    for (int i = 0; i < 100; ++i) ASSERT_TRUE((*o)->Put(Key(i), Value(i, "old")).ok());
-    ASSERT_TRUE((*o)->CloseDbForHandoff().ok());
-    last = (*o)->last_version();
-  }
+  const uint64_t last = OldSideWritesAndLetsGo(t.options);
   auto n = Store::AttachLive(t.options);
   ASSERT_TRUE(n.ok()) << n.status();
   ASSERT_TRUE((*n)->PrepareJournal().ok());
@@ -255,18 +259,11 @@ TEST(WriterSwitchTest, WritesGoOnWhileRocksDbOpens) {
 
 // Writes that arrive while OpenDb replays the journal outside the write lock
 // are replayed by further passes outside it, not under it (where every write
-// waits): WritesPerPass[k] writes arrive after pass k.
+// waits): writes_per_pass[k] writes arrive after pass k.
 void ReplayWithWritesBetweenPasses(const std::vector<int>& writes_per_pass,
                                    uint64_t expect_locked) {
   TempStore t;
-  uint64_t last = 0;
-  {
-    auto o = Store::Open(t.options);
-    ASSERT_TRUE(o.ok()) << o.status();
-    for (int i = 0; i < 100; ++i) ASSERT_TRUE((*o)->Put(Key(i), Value(i, "old")).ok());
-    ASSERT_TRUE((*o)->CloseDbForHandoff().ok());
-    last = (*o)->last_version();
-  }
+  const uint64_t last = OldSideWritesAndLetsGo(t.options);
   StoreOptions opts = t.options;
   Store* store = nullptr;
   size_t pass = 0;
