@@ -192,8 +192,8 @@ namespace {
 
 // OpenDb's replay outside the write lock: a pass of at most this many
 // records leaves few enough for the lock (one synced batch of about as many,
-// milliseconds where a pass of thousands took seconds in the TCG guest);
-// the bound on passes ends a replay that writes outpace without progress.
+// milliseconds where a pass of thousands took seconds in the TCG guest).
+// Each pass at most halves the last, so the bound on passes is a backstop.
 constexpr uint64_t kShortJournalPass = 64;
 constexpr int kMaxJournalPasses = 16;
 
@@ -433,8 +433,9 @@ absl::Status Store::OpenDb() {
   // too, pass after pass while writes go on into the journal (RocksDB takes
   // no other write): each pass replays what came in during the one before,
   // so that under the lock, where every write waits, only the records of the
-  // last short pass remain. Passes stop when one is short or no shorter than
-  // the one before (writes arriving as fast as they are replayed).
+  // last short pass remain. Passes stop when one is short, or when one is not
+  // half as long as the one before: writes arrive nearly as fast as they are
+  // replayed, and more passes would only let them fill the journal.
   const std::string jpath = WriteJournal::PathFor(options_.db_path);
   uint64_t replayed_to = 0;
   uint64_t early = 0;
@@ -447,7 +448,7 @@ absl::Status Store::OpenDb() {
     }
     early += *n;
     if (options_.after_journal_pass) options_.after_journal_pass();
-    if (*n <= kShortJournalPass || *n >= previous) break;
+    if (*n <= kShortJournalPass || *n > previous / 2) break;
     previous = *n;
   }
   absl::Status s = AdoptDbAndReplayRest(db, std::move(cfs), replayed_to, early);
