@@ -130,9 +130,10 @@ Store::~Store() {
 
 namespace {
 
-rocksdb::DBOptions MakeDbOptions(bool create_if_missing) {
+rocksdb::DBOptions MakeDbOptions(const StoreOptions& o) {
   rocksdb::DBOptions dbo;
-  dbo.create_if_missing = create_if_missing;
+  dbo.create_if_missing = o.create_if_missing;
+  dbo.allow_fallocate = !dblayout::OnTmpfs(o.db_path);
   dbo.create_missing_column_families = true;
   // A live upgrade's new process opens the database while it journals
   // writes (reads of keys not in the arena wait for it), so the open does no
@@ -147,8 +148,8 @@ rocksdb::DBOptions MakeDbOptions(bool create_if_missing) {
 
 absl::Status OpenRocksDbAt(const StoreOptions& o, rocksdb::DB** db,
                            std::vector<rocksdb::ColumnFamilyHandle*>* cfs) {
-  rocksdb::Status s = rocksdb::DB::Open(MakeDbOptions(o.create_if_missing), o.db_path,
-                                        dblayout::ColumnFamilies(), cfs, db);
+  rocksdb::Status s =
+      rocksdb::DB::Open(MakeDbOptions(o), o.db_path, dblayout::ColumnFamilies(), cfs, db);
   return FromRocks(s, absl::StrCat("open database ", o.db_path));
 }
 

@@ -21,6 +21,7 @@
 
 #include "absl/synchronization/notification.h"
 #include "child_process.h"
+#include "db_layout.h"
 #include "kvnode/storage/store.h"
 #include "test_util.h"
 
@@ -40,6 +41,15 @@ std::vector<JournalOp> OneWrite(int i) {
 bool Exists(const std::string& path) {
   struct stat st {};
   return ::stat(path.c_str(), &st) == 0;
+}
+
+// RocksDB preallocates nothing on tmpfs (MakeDbOptions): there it would
+// only zero pages, seconds of them at a WAL's creation in the TCG guest.
+TEST(DbLayoutTest, TmpfsIsRecognised) {
+  EXPECT_TRUE(dblayout::OnTmpfs("/dev/shm"));
+  EXPECT_TRUE(dblayout::OnTmpfs("/dev/shm/kvnode-not-created-yet"));  // its parent
+  EXPECT_FALSE(dblayout::OnTmpfs("/proc"));
+  EXPECT_FALSE(dblayout::OnTmpfs("/no/such/place"));
 }
 
 TEST(WriteJournalTest, RecordsReadBackInOrder) {
