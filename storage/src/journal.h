@@ -19,11 +19,11 @@
 // never acknowledged: reading stops there.
 //
 // Replay order (store.cc): every start of a writer reads the journal, writes
-// its records into RocksDB in order (one synced batch; the new process of an
-// upgrade, still appending, writes those so far, then under its write lock
-// those since), then removes the file (and syncs the directory) before
-// RocksDB takes any other write. Replaying
-// the same records twice (a crash between the batch and the removal) writes
+// its records into RocksDB in order (synced batches; the new process of an
+// upgrade, still appending, writes them in passes, the last under its write
+// lock), then retires the file (renamed, the directory synced) before
+// RocksDB takes any other write, and removes the retired file later.
+// Replaying the same records twice (a crash between a batch and the rename) writes
 // the same values again, so it is harmless; replaying them after a newer
 // write would not be, hence the order.
 //
