@@ -143,6 +143,13 @@ TEST(WriterCrashChild, WriteAndDie) {
     ASSERT_TRUE((*s)->Put(Key(3), "new-3").ok());
   } else if (op == "create") {
     ASSERT_TRUE((*s)->Put("key-new", std::string(700, 'n')).ok());
+  } else if (op == "group") {  // all three in one group commit
+    const std::string created(700, 'n');
+    const std::vector<WriteOp> ops = {{WriteOp::Kind::kPut, Key(3), "new-3", nullptr},
+                                      {WriteOp::Kind::kPut, "key-new", created, nullptr},
+                                      {WriteOp::Kind::kDelete, Key(5), {}, nullptr}};
+    std::vector<WriteResult> results(ops.size());
+    (*s)->Write(ops, results);
   } else {
     ASSERT_TRUE((*s)->Delete(Key(5)).ok());
   }
@@ -150,8 +157,11 @@ TEST(WriterCrashChild, WriteAndDie) {
 }
 
 TEST(WriterCrashTest, WriteKilledBetweenRocksDbAndArenaIsRepublishedAtTakeover) {
-  for (const char* point : {"write.after_db", "write.before_db", "write.after_publish"}) {
-    for (const char* op : {"overwrite", "create", "delete"}) {
+  for (const char* point :
+       {"write.after_db", "write.before_db", "write.inside_publish", "write.after_publish"}) {
+    for (const char* op : {"overwrite", "create", "delete", "group"}) {
+      // Only a group has a publication to be inside of.
+      if (std::string(point) == "write.inside_publish" && std::string(op) != "group") continue;
       SCOPED_TRACE(std::string(point) + " " + op);
       TempStore t;
       t.options.sync_writes = true;
@@ -171,8 +181,9 @@ TEST(WriterCrashTest, WriteKilledBetweenRocksDbAndArenaIsRepublishedAtTakeover) 
       ASSERT_TRUE((*n)->OpenDb().ok());
       const std::map<std::string, std::string> db = DbContents(t.options.db_path);
       const bool applied = std::string(point) != "write.before_db";
-      EXPECT_EQ(db.count("key-new"), applied && std::string(op) == "create" ? 1u : 0u);
-      EXPECT_EQ(db.count(Key(5)), applied && std::string(op) == "delete" ? 0u : 1u);
+      const bool group = std::string(op) == "group";
+      EXPECT_EQ(db.count("key-new"), applied && (group || std::string(op) == "create") ? 1u : 0u);
+      EXPECT_EQ(db.count(Key(5)), applied && (group || std::string(op) == "delete") ? 0u : 1u);
       std::vector<std::string> keys = {"key-new"};
       for (int i = 0; i < kSeedKeys; ++i) keys.push_back(Key(i));
       for (const std::string& key : keys) {

@@ -49,6 +49,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -138,6 +139,7 @@ struct StoreStats {
   uint64_t generation = 0;
   // This process only:
   uint64_t puts = 0, deletes = 0;
+  uint64_t commits = 0;  // durable writes (RocksDB batches, journal records) of puts and deletes
   uint64_t gets_arena = 0, gets_db = 0, gets_missing = 0, promotions = 0;
   uint64_t rebuilt_keys = 0;     // keys loaded by the rebuild at Open (0 if none)
   uint64_t journaled = 0;        // writes made durable in the write journal
@@ -159,6 +161,22 @@ struct SideRecord {
   std::string key;  // non-empty
   // Called once, under the write lock, when the write's outcome is known.
   std::function<std::string(const WriteOutcome&)> value;
+};
+
+// One write of a group (Store::Write).
+struct WriteOp {
+  enum class Kind : uint8_t { kPut, kDelete };
+  Kind kind = Kind::kPut;
+  std::string_view key;
+  std::string_view value;            // kPut only
+  const SideRecord* side = nullptr;  // written atomically with this op
+};
+
+// What became of one WriteOp.
+struct WriteResult {
+  absl::Status status;   // as Put/Delete would return it
+  uint64_t version = 0;  // a Put's version
+  bool existed = false;  // the key existed before the op
 };
 
 class Store {
@@ -226,6 +244,17 @@ class Store {
                                              const SideRecord* side = nullptr);
   // Deleting an absent key is OK (and still writes `side`).
   [[nodiscard]] absl::Status Delete(std::string_view key, const SideRecord* side = nullptr);
+  // Group commit: applies `ops` in order, results[i] for ops[i] (same
+  // sizes), each op as Put or Delete would, but with one durable write
+  // (RocksDB batch and WAL sync, or journal record) for as many consecutive
+  // ops as a group can hold. A group ends before an op on a key already in
+  // it, before a second new key with the same home bucket (the chain bound is
+  // checked per key against the published index), and when the write
+  // intent's key list is full. An op refused on its own (bad key, full chain)
+  // leaves the group going; a failed durable write fails its group and every
+  // later op with the same status. Side record values are computed in op
+  // order, under the write lock.
+  void Write(std::span<const WriteOp> ops, std::span<WriteResult> results);
 
   // Side records whose key starts with `prefix`, in key order, as (key,
   // value). FailedPrecondition when the DB is not open here.
@@ -284,9 +313,21 @@ class Store {
   // reopen after a failed handoff): refuse a heap torn inside the allocator,
   // Claim, reconcile a pending write intent. Closes RocksDB on failure.
   absl::Status BecomeWriter() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_, db_mu_);
-  // Write intent (arena.h): Begin reconciles a pending one first.
-  absl::Status BeginIntent(std::string_view key, bool existed)
+  // One durable write of Write() under construction.
+  struct Group;
+  // Makes `g` durable and publishes it; false (every op of the group given
+  // the error) when the durable write failed.
+  bool CommitGroup(Group& g, std::span<WriteResult> results)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_) ABSL_SHARED_LOCKS_REQUIRED(db_mu_);
+  // Write intent (arena.h): Begin reconciles a pending one first.
+  struct IntentKey {
+    std::string_view key;
+    bool existed = false;
+  };
+  absl::Status BeginIntent(std::span<const IntentKey> keys) ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_)
+      ABSL_SHARED_LOCKS_REQUIRED(db_mu_);
+  // Reads `key` from RocksDB and shows that in the arena (ReconcileIntent).
+  absl::Status Republish(std::string_view key, bool existed) ABSL_SHARED_LOCKS_REQUIRED(db_mu_);
   void EndIntent() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
   absl::Status ReconcileIntent() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_)
       ABSL_SHARED_LOCKS_REQUIRED(db_mu_);
@@ -326,7 +367,7 @@ class Store {
   bool closed_ ABSL_GUARDED_BY(write_mu_) = false;
   OpenedAs opened_as_ = OpenedAs::kCreated;
   uint64_t rebuilt_keys_ = 0;
-  mutable std::atomic<uint64_t> puts_{0}, deletes_{0}, gets_arena_{0}, gets_db_{0},
+  mutable std::atomic<uint64_t> puts_{0}, deletes_{0}, commits_{0}, gets_arena_{0}, gets_db_{0},
       gets_missing_{0}, promotions_{0}, journaled_{0}, replayed_{0}, replayed_locked_{0};
 };
 
