@@ -19,9 +19,7 @@ namespace {
 constexpr char kMagic[8] = {'K', 'V', 'J', 'R', 'N', 'L', '0', '1'};
 constexpr size_t kRecordHeader = 16;  // u32 size, u32 0, u64 checksum
 constexpr size_t kOpHeader = 12;      // u8 kind, u8 cf, u16 0, u32 key size, u32 value size
-// A write is a value, its version record, a side record and the written
-// generation: a few ops, each bounded by the store's limits.
-constexpr size_t kMaxOps = 16;
+constexpr size_t kMaxOps = WriteJournal::kMaxRecordOps;
 constexpr size_t kMaxOpBytes = kOpHeader + 4096 + kMaxValueSize + 64;
 
 std::string DirOf(const std::string& path) {

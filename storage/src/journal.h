@@ -54,6 +54,11 @@ struct JournalOp {
 
 class WriteJournal {
  public:
+  // Ops in one record, at most: what every version's reader accepts (a
+  // record with more reads as the journal's end). A group commit journaled
+  // during the writer switch is bounded by it.
+  static constexpr size_t kMaxRecordOps = 16;
+
   // The journal of the database at db_path.
   static std::string PathFor(const std::string& db_path);
 

@@ -838,6 +838,13 @@ struct Store::Group {
   size_t intent_bytes = 0;
   uint64_t last_version = 0;  // of the members' puts; 0: none
 
+  // Whether `op` fits beside the members: in the intent's key list, and in
+  // one journal record (its op, its side record, and the group's version).
+  bool Holds(const WriteOp& op) const {
+    if (intent_bytes + IntentBytes(op.key) > kIntentCapacity) return false;
+    const size_t journal_ops = ws.ops.size() + (op.side != nullptr ? 2 : 1) + 1;
+    return ws.cfs != nullptr || journal_ops <= WriteJournal::kMaxRecordOps;
+  }
   bool Has(std::string_view key) const {
     return std::any_of(keys.begin(), keys.end(), [&](const IntentKey& k) { return k.key == key; });
   }
@@ -880,8 +887,7 @@ void Store::Write(std::span<const WriteOp> ops, std::span<WriteResult> results) 
     if (r.status = CheckOp(op); !r.status.ok()) continue;
     // The group ends before what it cannot hold; the op then sees the index
     // with the group published.
-    const bool full = !g.members.empty() &&
-                      (g.Has(op.key) || g.intent_bytes + IntentBytes(op.key) > kIntentCapacity);
+    const bool full = !g.members.empty() && (g.Has(op.key) || !g.Holds(op));
     if (full && !CommitGroup(g, results)) {
       return FailFrom(i, results[g.members[0]].status);
     }

@@ -227,6 +227,43 @@ TEST(WriterSwitchTest, JournaledWritesAreServedAndReplayed) {
   EXPECT_EQ((*cold)->Get(Key(1))->version, last + 1);
 }
 
+// A group commit during the writer switch is one journal record, never
+// more ops than a record may hold (a reader stops at such a record as at a
+// torn tail: every version's reader must read every record).
+TEST(WriterSwitchTest, AJournaledGroupFitsInARecord) {
+  TempStore t;
+  const uint64_t last = OldSideWritesAndLetsGo(t.options);
+  auto n = Store::AttachLive(t.options);
+  ASSERT_TRUE(n.ok()) << n.status();
+  ASSERT_TRUE((*n)->PrepareJournal().ok());
+  ASSERT_TRUE((*n)->BecomeJournalWriter(last).ok());
+  std::vector<SideRecord> sides;
+  for (int i = 0; i < 20; ++i) {
+    sides.push_back(SideRecord{"client-" + std::to_string(i),
+                               [](const WriteOutcome& o) { return std::to_string(o.version); }});
+  }
+  std::vector<std::string> keys, values;  // the ops' views point into them
+  for (int i = 0; i < 20; ++i) {
+    keys.push_back(Key(i));
+    values.push_back(Value(i, "group"));
+  }
+  std::vector<WriteOp> ops;
+  for (int i = 0; i < 20; ++i) ops.push_back({WriteOp::Kind::kPut, keys[i], values[i], &sides[i]});
+  std::vector<WriteResult> results(ops.size());
+  (*n)->Write(ops, results);
+  for (const WriteResult& r : results) ASSERT_TRUE(r.status.ok()) << r.status;
+  // Per write a value and a side record, per group the version: 7 a record.
+  EXPECT_EQ((*n)->stats().journaled, 3u);
+  ASSERT_TRUE((*n)->OpenDb().ok());
+  EXPECT_EQ((*n)->stats().replayed, 3u);
+  ASSERT_TRUE((*n)->Close().ok());
+  n->reset();
+  auto cold = Store::Open(t.options);
+  ASSERT_TRUE(cold.ok()) << cold.status();
+  for (int i = 0; i < 20; ++i) EXPECT_EQ((*cold)->Get(Key(i))->value, values[i]) << i;
+  EXPECT_EQ((*cold)->last_version(), last + 20);
+}
+
 // RocksDB's open runs while writes go on into the journal: none waits for
 // the open, none is lost, and versions stay in order across the replay.
 TEST(WriterSwitchTest, WritesGoOnWhileRocksDbOpens) {

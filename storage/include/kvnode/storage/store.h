@@ -141,9 +141,11 @@ struct StoreStats {
   uint64_t puts = 0, deletes = 0;
   uint64_t commits = 0;  // durable writes (RocksDB batches, journal records) of puts and deletes
   uint64_t gets_arena = 0, gets_db = 0, gets_missing = 0, promotions = 0;
-  uint64_t rebuilt_keys = 0;     // keys loaded by the rebuild at Open (0 if none)
-  uint64_t journaled = 0;        // writes made durable in the write journal
-  uint64_t replayed = 0;         // journaled writes replayed into RocksDB
+  uint64_t rebuilt_keys = 0;  // keys loaded by the rebuild at Open (0 if none)
+  // Write journal records (one per durable write: a group commit's writes
+  // share one) appended, and replayed into RocksDB.
+  uint64_t journaled = 0;
+  uint64_t replayed = 0;
   uint64_t replayed_locked = 0;  // of those, replayed while writes waited
 };
 
@@ -250,7 +252,8 @@ class Store {
   // ops as a group can hold. A group ends before an op on a key already in
   // it, before a second new key with the same home bucket (the chain bound is
   // checked per key against the published index), and when the write
-  // intent's key list is full. An op refused on its own (bad key, full chain)
+  // intent's key list is full, or (during the writer switch) one journal
+  // record's ops (WriteJournal::kMaxRecordOps). An op refused on its own (bad key, full chain)
   // leaves the group going; a failed durable write fails its group and every
   // later op with the same status. Side record values are computed in op
   // order, under the write lock.
