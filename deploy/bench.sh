@@ -12,7 +12,7 @@
 #                   [--keys 5000] [--spin N] [--short_duration 1] [--out DIR]
 #                   [--no-build] [--two-host] [--parts lat,put_scale]
 #                   [--put_scale 1x1,8x8] [--put_size 64] [--put_duration 3]
-#                   [--redis_aof 1] [--perf]
+#                   [--redis_aof 1] [--perf] [--node_flags "FLAGS"]
 #   e.g. one size at depth 1, quickly: deploy/bench.sh --no-build --sizes 16 --depths 1 --reps 1
 #   only the PUT scaling and Redis AOF part, one rep:
 #     deploy/bench.sh --no-build --parts put_scale --reps 1
@@ -28,6 +28,8 @@
 # guest's tmpfs), alternating rep by rep. --redis_aof 0 leaves Redis out;
 # --perf then runs each configuration once more under `perf record -a -g`
 # (cpu-clock; whole guest), reports in DIR/perf/. Not with --two-host.
+# --node_flags: more kvnode flags (word-split), e.g. "--group_commit=false"
+# for an A/B of one binary: alternate runs with and without them.
 #
 # --two-host: across a link instead of over loopback, always in
 # `deploy/rxe-vm --two-host`: kvnode and every perftest server on guest
@@ -93,6 +95,7 @@ put_size=64
 put_duration=3
 redis_aof=1
 do_perf=0
+node_flags=""
 while (($#)); do
   case "$1" in
     --sizes) sizes=$2; shift 2 ;;
@@ -115,7 +118,8 @@ while (($#)); do
     --put_duration) put_duration=$2; shift 2 ;;
     --redis_aof) redis_aof=$2; shift 2 ;;
     --perf) do_perf=1; shift ;;
-    -h | --help) sed -n '2,46p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --node_flags) node_flags=$2; shift 2 ;;
+    -h | --help) sed -n '2,48p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -136,7 +140,7 @@ if ((!inner)); then
   args=(--inner --sizes "$sizes" --depths "$depths" --reps "$reps" --duration "$duration"
     --keys "$keys" --spin "$spin" --short_duration "$short_duration" --out "$out"
     --parts "$parts" --put_scale "$put_scale" --put_size "$put_size"
-    --put_duration "$put_duration" --redis_aof "$redis_aof")
+    --put_duration "$put_duration" --redis_aof "$redis_aof" --node_flags "$node_flags")
   ((do_perf)) && args+=(--perf)
   rc=0
   if ((two_host)); then
@@ -311,7 +315,8 @@ if ((two_host)); then
   if [[ $TH_ROLE == server ]]; then
     # Every batch of perftest servers the client asks for (rdv/batch-N: one
     # "NAME TOOL SIZE DEPTH PORT ARGS..." line each), until rdv/done.
-    th_start_node --arena_size $((64 << 20)) --sync_writes=true --max_clients 64
+    # shellcheck disable=SC2086 # --node_flags is a list of flags
+    th_start_node --arena_size $((64 << 20)) --sync_writes=true --max_clients 64 $node_flags
     th_counters_begin
     cp "$KV_DIR/kvnode.log" "$out/kvnode-start.log" 2>/dev/null || true
     batch=0
@@ -387,7 +392,8 @@ if ((two_host)); then
   th_connect_info
   dev=${dev%% *}
 else
-  kv_start_node --arena_size $((64 << 20)) --sync_writes=true --max_clients 64
+  # shellcheck disable=SC2086 # --node_flags is a list of flags
+  kv_start_node --arena_size $((64 << 20)) --sync_writes=true --max_clients 64 $node_flags
 fi
 record "{\"kind\":\"step\",\"what\":\"kvnode start\",\"wall_s\":$(since "$t0")}"
 # One client, one thread, busy-polling (--spin). The connect bound is raised:

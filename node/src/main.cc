@@ -75,6 +75,9 @@ DEFINE_uint32(spin_max_us, 0,
               "adaptive busy polling: while requests follow each other within this many us, "
               "spin up to this long instead of --spin_us (CPU cost: up to this per quiet spell "
               "while clients are active); 0 keeps a fixed --spin_us");
+DEFINE_bool(group_commit, true,
+            "apply the PUTs and DELETEs of a poll round in one durable write (one WAL sync); "
+            "false: each one alone as it arrives");
 DEFINE_uint32(qp_timeout, 12,
               "local ACK timeout exponent of client QPs (4.096 us * 2^N per try, 0..31)");
 DEFINE_uint32(qp_retry_cnt, 2, "transport retries of client QPs (0..7)");
@@ -185,6 +188,7 @@ int main(int argc, char** argv) {
   o.max_client_records = FLAGS_max_client_records;
   o.spin_us = FLAGS_spin_us;
   o.spin_max_us = FLAGS_spin_max_us;
+  o.group_commit = FLAGS_group_commit;
   o.qp_timeout = FLAGS_qp_timeout;
   o.qp_retry_cnt = FLAGS_qp_retry_cnt;
   o.pid_file = FLAGS_pid_file;

@@ -169,6 +169,7 @@ std::string StatsAnswer(const StatsView& v) {
         {"evictions", v.arena.evictions}}},
       {"journaled_writes", v.journaled_writes},
       {"journal_replayed", v.journal_replayed},
+      {"write_commits", v.write_commits},
       {"upgrade_in_progress", v.upgrade_in_progress},
       {"writes_paused", v.writes_paused},
       {"draining", v.draining},
@@ -259,9 +260,13 @@ std::string RenderPrometheus(const StatsView& v) {
   metric("arena_resident_keys", "gauge", "Keys readable from the arena.", v.arena.resident_keys);
   metric("arena_evictions_total", "counter", "Keys evicted from the arena.", v.arena.evictions);
   metric("journaled_writes_total", "counter",
-         "Writes this process made durable in a live upgrade's write journal.", v.journaled_writes);
-  metric("journal_replayed_total", "counter",
-         "Journaled writes this process replayed into RocksDB.", v.journal_replayed);
+         "Durable writes (group commits) this process made in a live upgrade's write journal.",
+         v.journaled_writes);
+  metric("journal_replayed_total", "counter", "Journal records this process replayed into RocksDB.",
+         v.journal_replayed);
+  metric("write_commits_total", "counter",
+         "Durable writes (group commits) that carried this process's PUTs and DELETEs.",
+         v.write_commits);
   std::string last_name;
   for (const ExtraStat& e : v.extra) {
     if (e.name != last_name) {

@@ -228,6 +228,7 @@ StatsView ServerImpl::Stats() const {
     v.arena.evictions = s.evictions;
     v.journaled_writes = s.journaled;
     v.journal_replayed = s.replayed;
+    v.write_commits = s.commits;
   }
   v.upgrade_in_progress = upgrade_in_progress_.load();
   v.writes_paused = writes_paused_.load();

@@ -211,15 +211,19 @@ void DataPlane::Loop() {
       }
     }
     // A task (a session's set-up or teardown, a Move, a stats snapshot)
-    // waits for one request, not for a whole batch of them: under a write
-    // load each request may hold this thread for a synced RocksDB write, and
-    // a client moving in during a live upgrade waits on its session's tasks.
-    // A task may reap a session whose completions are later in `wcs`;
-    // HandleCompletion ignores those, as after any reap.
+    // waits for the writes staged so far, not for the whole round: a client
+    // moving in during a live upgrade waits on its session's tasks. The
+    // staged writes go first: a task may pause writes or reuse a reaped
+    // session's buffers. A task may reap a session whose completions are
+    // later in `wcs`; HandleCompletion ignores those, as after any reap.
     for (int i = 0; i < *n; ++i) {
       HandleCompletion(wcs[i]);
-      if (tasks_->pending()) tasks_->RunAll();
+      if (tasks_->pending()) {
+        FlushWrites();
+        tasks_->RunAll();
+      }
     }
+    FlushWrites();
     return *n;
   };
   // After a busy round: `n` completions handled.

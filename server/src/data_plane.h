@@ -50,6 +50,7 @@ struct DataPlaneConfig {
   bool use_windows = true;
   uint32_t spin_us = 20;
   uint32_t spin_max_us = 0;  // ServerOptions::spin_max_us; 0: fixed spin_us
+  bool group_commit = true;  // ServerOptions::group_commit
   // Responses up to this many bytes are posted inline (IBV_SEND_INLINE);
   // a device that refuses it at QP creation gets 0.
   uint32_t response_inline_bytes = 64;
@@ -140,8 +141,18 @@ class DataPlane {
   void Loop();
   // Hot path (data_plane_datapath.cc).
   void HandleCompletion(const rdma::Completion& c);
-  // False when the session was reaped (do not touch it any more).
+  // False when the session was reaped (do not touch it any more). A write
+  // is staged for the poll round's group commit, not answered.
   bool HandleRequest(Session& s, uint32_t recv_slot, uint32_t byte_len);
+  // Group commit: applies the staged writes in one KvBackend::Write and
+  // answers them, in the order received. Before any task runs and at the end
+  // of every poll round.
+  void FlushWrites();
+  // Re-posts the request's receive buffer, then the response. False when
+  // the session was reaped.
+  bool Respond(Session& s, uint32_t recv_slot, uint32_t send_slot, uint32_t byte_len,
+               const RpcResult& r);
+  RpcContext ContextFor(ClientRecord& record) const;
   absl::Status PostRecvSlot(Session& s, uint32_t slot);
   uint64_t RecvOffset(const Session& s, uint32_t slot) const;
   uint64_t SendOffset(const Session& s, uint32_t slot) const;
@@ -173,6 +184,19 @@ class DataPlane {
   uint32_t next_serial_ = 1;
   uint32_t response_inline_bytes_;  // config_'s, 0 once the device refused it
   bool writes_paused_ = false;
+  // The poll round's writes (FlushWrites): where each came from and goes to,
+  // and what it asks (its views point into its receive buffer).
+  struct StagedWrite {
+    uint32_t serial = 0;
+    uint32_t recv_slot = 0;
+    uint32_t send_slot = 0;
+    uint32_t byte_len = 0;
+    ClientRecord* record = nullptr;
+    uint8_t* response = nullptr;  // the send buffer
+  };
+  std::vector<StagedWrite> staged_;
+  std::vector<WriteRequest> staged_requests_;
+  std::vector<WriteReply> staged_replies_;
 
   std::atomic<uint64_t> live_sessions_{0};
   std::atomic<uint64_t> ready_sessions_{0};

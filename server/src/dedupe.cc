@@ -115,7 +115,8 @@ DedupeWindow::Exported DedupeWindow::Newest(size_t n) const {
 }
 
 PersistedClient PersistedSnapshot(uint64_t client_id, const DedupeWindow& window,
-                                  const DedupeEntry& next, size_t keep, uint64_t now_unix_ms) {
+                                  const DedupeEntry& next, size_t keep, uint64_t now_unix_ms,
+                                  std::span<const DedupeEntry> earlier) {
   keep = std::max<size_t>(keep, 1);
   PersistedClient c;
   c.client_id = client_id;
@@ -129,8 +130,20 @@ PersistedClient PersistedSnapshot(uint64_t client_id, const DedupeWindow& window
     }
     return c;
   }
+  // Newest(keep - 1) whatever `earlier` holds: the window's cache serves
+  // one n; what is more than `keep` then goes under the floor.
+  std::vector<DedupeEntry>& entries = c.window.entries;
   c.window = window.Newest(keep - 1);
-  c.window.entries.push_back(next);
+  entries.insert(entries.end(), earlier.begin(), earlier.end());
+  entries.push_back(next);
+  if (entries.size() > keep) {
+    const auto drop = static_cast<std::ptrdiff_t>(entries.size() - keep);
+    for (auto it = entries.begin(); it != entries.begin() + drop; ++it) {
+      if (!c.window.has_floor || it->sequence > c.window.floor) c.window.floor = it->sequence;
+      c.window.has_floor = true;
+    }
+    entries.erase(entries.begin(), entries.begin() + drop);
+  }
   return c;
 }
 

@@ -67,48 +67,58 @@ uint64_t NowUnixMs() {
   return static_cast<uint64_t>(ts.tv_sec) * 1000 + static_cast<uint64_t>(ts.tv_nsec) / 1000000;
 }
 
+bool Persisted(const WriteTag& tag) { return tag.client_id != 0 && tag.window != nullptr; }
+
+// A client's writes in one group commit, in the order their side records
+// were computed: each record holds the ones before it.
+struct GroupEntries {
+  uint64_t client_id = 0;
+  std::vector<DedupeEntry> entries;
+};
+
 // The side record that persists `tag`'s client record with the write; the
 // answer (status, version) is known only under the store's write lock.
-storage::SideRecord ClientSide(const WriteTag& tag, uint32_t entries, RpcStatus status) {
+storage::SideRecord ClientSide(const WriteTag& tag, uint32_t keep, GroupEntries* earlier) {
   return storage::SideRecord{
-      ClientRecordKey(tag.client_id), [&tag, entries, status](const storage::WriteOutcome& o) {
+      ClientRecordKey(tag.client_id), [&tag, keep, earlier](const storage::WriteOutcome& o) {
+        const RpcStatus status =
+            tag.opcode == Opcode::kDelete && !o.existed ? RpcStatus::kNotFound : RpcStatus::kOk;
         const DedupeEntry e{tag.sequence, static_cast<uint8_t>(tag.opcode),
                             static_cast<uint8_t>(status), o.version};
-        PersistedClient c = PersistedSnapshot(tag.client_id, *tag.window, e, entries, NowUnixMs());
+        PersistedClient c =
+            PersistedSnapshot(tag.client_id, *tag.window, e, keep, NowUnixMs(), earlier->entries);
+        earlier->entries.push_back(e);
         // Without it the client could not resume its id after a cold start.
         if (tag.secret != nullptr) c.secret = *tag.secret;
         return EncodeClientRecord(c);
       }};
 }
 
-bool Persisted(const WriteTag& tag) { return tag.client_id != 0 && tag.window != nullptr; }
-
 }  // namespace
 
-absl::StatusOr<uint64_t> StoreBackend::Put(std::string_view key, std::string_view value,
-                                           const WriteTag& tag) {
-  if (!Persisted(tag)) return store_->Put(key, value);
-  const storage::SideRecord side = ClientSide(tag, record_entries_, RpcStatus::kOk);
-  return store_->Put(key, value, &side);
-}
-
-absl::StatusOr<bool> StoreBackend::Delete(std::string_view key, const WriteTag& tag) {
-  absl::StatusOr<storage::Store::GetResult> before = store_->Get(key);
-  bool existed = true;
-  if (!before.ok()) {
-    if (before.status().code() != absl::StatusCode::kNotFound) return before.status();
-    existed = false;
+void StoreBackend::Write(std::span<const WriteRequest> requests, std::span<WriteReply> replies) {
+  // Reserved in full: the side records' closures keep pointers into them.
+  std::vector<GroupEntries> clients;
+  clients.reserve(requests.size());
+  std::vector<storage::SideRecord> sides;
+  sides.reserve(requests.size());
+  std::vector<storage::WriteOp> ops(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const WriteRequest& w = requests[i];
+    ops[i] = storage::WriteOp{
+        w.opcode == Opcode::kPut ? storage::WriteOp::Kind::kPut : storage::WriteOp::Kind::kDelete,
+        w.key, w.value, nullptr};
+    if (!Persisted(w.tag)) continue;
+    auto c = std::find_if(clients.begin(), clients.end(),
+                          [&](const GroupEntries& g) { return g.client_id == w.tag.client_id; });
+    if (c == clients.end()) c = clients.insert(clients.end(), GroupEntries{w.tag.client_id, {}});
+    ops[i].side = &sides.emplace_back(ClientSide(w.tag, record_entries_, &*c));
   }
-  // Single writer (this thread): `existed` still holds when the batch is
-  // written, and the persisted answer is the one the handler gives.
-  if (!Persisted(tag)) {
-    if (absl::Status s = store_->Delete(key); !s.ok()) return s;
-    return existed;
+  std::vector<storage::WriteResult> results(requests.size());
+  store_->Write(ops, results);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    replies[i] = WriteReply{std::move(results[i].status), results[i].version, results[i].existed};
   }
-  const storage::SideRecord side =
-      ClientSide(tag, record_entries_, existed ? RpcStatus::kOk : RpcStatus::kNotFound);
-  if (absl::Status s = store_->Delete(key, &side); !s.ok()) return s;
-  return existed;
 }
 
 void StoreBackend::ForgetClient(uint64_t client_id) {
@@ -157,8 +167,36 @@ absl::StatusOr<KvBackend::Value> StoreBackend::Get(std::string_view key) {
   return Value{std::move(r->value), r->version};
 }
 
+RpcResult AnswerWrite(const WriteRequest& write, const WriteReply& reply, const RpcContext& ctx,
+                      std::span<uint8_t> response) {
+  RpcStatus st = RpcStatus::kOk;
+  uint64_t version = 0;
+  std::string_view reason;
+  if (reply.status.ok()) {
+    if (write.opcode == Opcode::kPut) {
+      version = reply.version;
+    } else if (!reply.existed) {
+      st = RpcStatus::kNotFound;
+    }
+  } else {
+    st = StatusFor(reply.status);
+    if (st == RpcStatus::kNotFound) st = RpcStatus::kInternal;
+    if (absl::IsResourceExhausted(reply.status)) Count(ctx, ErrorKind::kIndexChainFull);
+    reason = Sv(reply.status.message());
+  }
+  if (st == RpcStatus::kInternal) Count(ctx, ErrorKind::kStorage);
+  if (st == RpcStatus::kBusy) Count(ctx, Counter::kRpcBusy);
+  const uint64_t sequence = write.tag.sequence;
+  // Invariant 1 of dedupe.h: only definitive answers are remembered.
+  if (st == RpcStatus::kOk || st == RpcStatus::kNotFound || st == RpcStatus::kRejected) {
+    ctx.window->Record(DedupeEntry{sequence, static_cast<uint8_t>(write.opcode),
+                                   static_cast<uint8_t>(st), version});
+  }
+  return Answer(write.opcode, st, sequence, version, reason, response);
+}
+
 RpcResult HandleRpc(std::span<const uint8_t> request, const RpcContext& ctx,
-                    std::span<uint8_t> response) {
+                    std::span<uint8_t> response, WriteRequest* staged) {
   absl::StatusOr<proto::RequestView> req = proto::DecodeRequest(request);
   if (!req.ok()) {
     absl::StatusOr<proto::RequestHeader> h = proto::DecodeRequestHeader(request);
@@ -225,41 +263,18 @@ RpcResult HandleRpc(std::span<const uint8_t> request, const RpcContext& ctx,
         Count(ctx, Counter::kRpcBusy);
         return Answer(r.opcode, RpcStatus::kBusy, r.sequence, 0, "writes paused", response);
       }
-      RpcStatus st = RpcStatus::kOk;
-      uint64_t version = 0;
-      std::string reason;
       // The backend persists the client's record with the write (the entry
-      // recorded below, atomically with the data): a retry after a crash is
-      // answered from it.
-      const WriteTag tag{ctx.client_id, ctx.window, r.sequence, r.opcode, ctx.secret};
-      if (r.opcode == Opcode::kPut) {
-        absl::StatusOr<uint64_t> v = ctx.backend->Put(r.key, r.value, tag);
-        if (v.ok()) {
-          version = *v;
-        } else {
-          st = StatusFor(v.status());
-          if (st == RpcStatus::kNotFound) st = RpcStatus::kInternal;
-          if (absl::IsResourceExhausted(v.status())) Count(ctx, ErrorKind::kIndexChainFull);
-          reason = std::string(Sv(v.status().message()));
-        }
-      } else {
-        absl::StatusOr<bool> existed = ctx.backend->Delete(r.key, tag);
-        if (existed.ok()) {
-          st = *existed ? RpcStatus::kOk : RpcStatus::kNotFound;
-        } else {
-          st = StatusFor(existed.status());
-          if (st == RpcStatus::kNotFound) st = RpcStatus::kInternal;
-          reason = std::string(Sv(existed.status().message()));
-        }
+      // AnswerWrite records, atomically with the data): a retry after a
+      // crash is answered from it.
+      const WriteRequest w{r.opcode, r.key, r.value,
+                           WriteTag{ctx.client_id, ctx.window, r.sequence, r.opcode, ctx.secret}};
+      if (staged != nullptr) {
+        *staged = w;
+        return RpcResult{0, r.opcode, RpcStatus::kOk, r.sequence, /*staged=*/true};
       }
-      if (st == RpcStatus::kInternal) Count(ctx, ErrorKind::kStorage);
-      if (st == RpcStatus::kBusy) Count(ctx, Counter::kRpcBusy);
-      // Invariant 1 of dedupe.h: only definitive answers are remembered.
-      if (st == RpcStatus::kOk || st == RpcStatus::kNotFound || st == RpcStatus::kRejected) {
-        ctx.window->Record(DedupeEntry{r.sequence, static_cast<uint8_t>(r.opcode),
-                                       static_cast<uint8_t>(st), version});
-      }
-      return Answer(r.opcode, st, r.sequence, version, reason, response);
+      WriteReply reply;
+      ctx.backend->Write({&w, 1}, {&reply, 1});
+      return AnswerWrite(w, reply, ctx, response);
     }
   }
   Count(ctx, ErrorKind::kRpcUnknownOpcode);

@@ -164,6 +164,29 @@ TEST(ClientRecord, SnapshotHoldsTheNextWriteAndTheNewestOthers) {
   for (uint64_t s = 1; s <= 7; ++s) EXPECT_TRUE(back.TooOld(s)) << s;
 }
 
+// A group commit's earlier writes of the client come after the window's
+// entries; what does not fit in `keep` goes under the floor.
+TEST(ClientRecord, SnapshotHoldsTheGroupsEarlierWrites) {
+  DedupeWindow w(1024);
+  for (uint64_t s = 1; s <= 10; ++s) w.Record(P(s, s));
+  const std::vector<DedupeEntry> earlier = {P(11, 111), P(12, 112)};
+  PersistedClient c = PersistedSnapshot(42, w, P(13, 113), 4, 1234, earlier);
+  ASSERT_EQ(c.window.entries.size(), 4u);
+  EXPECT_EQ(c.window.entries[0].sequence, 10u);
+  EXPECT_EQ(c.window.entries[1], P(11, 111));
+  EXPECT_EQ(c.window.entries[2], P(12, 112));
+  EXPECT_EQ(c.window.entries[3], P(13, 113));
+  EXPECT_EQ(c.window.floor, 9u);
+  // More earlier writes than `keep`: the newest kept, the rest refused.
+  const std::vector<DedupeEntry> many = {P(11, 111), P(12, 112), P(13, 113), P(14, 114)};
+  c = PersistedSnapshot(42, w, P(15, 115), 2, 1234, many);
+  ASSERT_EQ(c.window.entries.size(), 2u);
+  EXPECT_EQ(c.window.entries[0], P(14, 114));
+  EXPECT_EQ(c.window.entries[1], P(15, 115));
+  EXPECT_TRUE(c.window.has_floor);
+  EXPECT_EQ(c.window.floor, 13u);
+}
+
 TEST(ClientRecord, EncodeDecodeRoundTrip) {
   PersistedClient c;
   c.client_id = 0xfeedfacecafebeefULL;

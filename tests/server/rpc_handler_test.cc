@@ -19,19 +19,22 @@ using proto::RpcStatus;
 // the e2e tests run the real Store).
 class MapBackend final : public KvBackend {
  public:
-  absl::StatusOr<uint64_t> Put(std::string_view k, std::string_view v,
-                               const WriteTag& tag) override {
-    ++puts;
-    tags.push_back(tag);
-    if (!fail.ok()) return fail;
-    map[std::string(k)] = {std::string(v), ++version};
-    return version;
-  }
-  absl::StatusOr<bool> Delete(std::string_view k, const WriteTag& tag) override {
-    ++deletes;
-    tags.push_back(tag);
-    if (!fail.ok()) return fail;
-    return map.erase(std::string(k)) > 0;
+  void Write(std::span<const WriteRequest> requests, std::span<WriteReply> replies) override {
+    ++writes;
+    for (size_t i = 0; i < requests.size(); ++i) {
+      const WriteRequest& w = requests[i];
+      WriteReply& r = replies[i];
+      tags.push_back(w.tag);
+      ++(w.opcode == Opcode::kPut ? puts : deletes);
+      if (!fail.ok()) {
+        r.status = fail;
+      } else if (w.opcode == Opcode::kPut) {
+        map[std::string(w.key)] = {std::string(w.value), ++version};
+        r.version = version;
+      } else {
+        r.existed = map.erase(std::string(w.key)) > 0;
+      }
+    }
   }
   absl::StatusOr<Value> Get(std::string_view k) override {
     if (!fail.ok()) return fail;
@@ -41,6 +44,7 @@ class MapBackend final : public KvBackend {
   }
   std::map<std::string, Value> map;
   uint64_t version = 0;
+  int writes = 0;  // Write calls
   int puts = 0;
   int deletes = 0;
   std::vector<WriteTag> tags;

@@ -75,6 +75,10 @@ struct StatsView {
   // and journaled writes replayed into RocksDB.
   uint64_t journaled_writes = 0;
   uint64_t journal_replayed = 0;
+  // This process: durable writes (RocksDB batches, journal records) that
+  // carried its PUTs and DELETEs; (puts + deletes) / this is the group
+  // commit's mean group size.
+  uint64_t write_commits = 0;
   bool upgrade_in_progress = false;
   bool writes_paused = false;
   bool draining = false;  // admin `drain` was accepted; the node exits once it is done

@@ -33,6 +33,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -134,9 +135,12 @@ struct PersistedClient {
 
 // The record to store with a write that will record `next` in `window`: the
 // newest `keep` entries of the window after that write (`next` included).
+// `earlier`: the client's writes of the same group commit, in order, which
+// `window` records only once the group is durable (they come before `next`).
 // The secret is left empty: the caller sets it.
 PersistedClient PersistedSnapshot(uint64_t client_id, const DedupeWindow& window,
-                                  const DedupeEntry& next, size_t keep, uint64_t now_unix_ms);
+                                  const DedupeEntry& next, size_t keep, uint64_t now_unix_ms,
+                                  std::span<const DedupeEntry> earlier = {});
 
 // Side-record key of a client id: "dedupe/" + 16 lowercase hex digits.
 inline constexpr std::string_view kClientRecordPrefix = "dedupe/";

@@ -102,6 +102,10 @@ struct ServerOptions {
   // clients are active; an idle node still sleeps. 0 (default) or <= --spin_us:
   // a fixed --spin_us. At most 1000000.
   uint32_t spin_max_us = 0;
+  // --group_commit. The writes of a poll round are applied in one durable
+  // write (docs/server.md, "Group commit"); false: each write alone, as
+  // received. Default true.
+  bool group_commit = true;
   // --qp_timeout. Local ACK timeout exponent of client QPs: 4.096 us *
   // 2^qp_timeout per try (the responses and window binds this node sends).
   // Default 12 (~16.8 ms), 0..31. Raise it where round trips jitter by more

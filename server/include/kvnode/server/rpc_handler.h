@@ -36,19 +36,34 @@ struct WriteTag {
   const ResumeSecret* secret = nullptr;  // the client's, persisted with the record
 };
 
-// The storage the handler writes to. Errors: InvalidArgument (the request was
+// A PUT or DELETE the handler accepted: applied by KvBackend::Write (alone or
+// in a group commit), then answered by AnswerWrite. The views point into the
+// received request, which must stay put until then.
+struct WriteRequest {
+  proto::Opcode opcode = proto::Opcode::kPut;  // kPut or kDelete
+  std::string_view key;
+  std::string_view value;  // kPut
+  WriteTag tag;
+};
+
+// What became of a WriteRequest. Errors: InvalidArgument (the request was
 // bad: REJECTED), Unavailable/FailedPrecondition (not now, e.g. the DB is
-// closed for a live upgrade: BUSY), NotFound (GET: NOT_FOUND), others
-// INTERNAL.
+// closed for a live upgrade: BUSY), others INTERNAL.
+struct WriteReply {
+  absl::Status status;
+  uint64_t version = 0;  // a PUT's
+  bool existed = false;  // a DELETE's: the key was there (else NOT_FOUND)
+};
+
+// The storage the handler works on. Get errors: NotFound (NOT_FOUND), the
+// rest as for writes.
 class KvBackend {
  public:
   virtual ~KvBackend() = default;
-  // Returns the version of the write. A backend that persists writes stores
-  // the client record of `tag` atomically with it.
-  virtual absl::StatusOr<uint64_t> Put(std::string_view key, std::string_view value,
-                                       const WriteTag& tag) = 0;
-  // True if the key existed. Same for `tag`.
-  virtual absl::StatusOr<bool> Delete(std::string_view key, const WriteTag& tag) = 0;
+  // Applies `requests` in order, replies[i] for requests[i] (same sizes). A
+  // backend that persists writes stores each tag's client record atomically
+  // with its write.
+  virtual void Write(std::span<const WriteRequest> requests, std::span<WriteReply> replies) = 0;
   // The client's in-memory record was aged out: its persisted one may go
   // too. Best effort (errors are logged).
   virtual void ForgetClient(uint64_t client_id) { (void)client_id; }
@@ -59,9 +74,7 @@ class KvBackend {
   virtual absl::StatusOr<Value> Get(std::string_view key) = 0;
 };
 
-// KvBackend over storage::Store. Single writer assumed (the data-plane
-// thread): Delete reads the key first to answer NOT_FOUND for an absent key,
-// which Store::Delete does not report.
+// KvBackend over storage::Store: Write is one Store::Write, a group commit.
 //
 // Every PUT/DELETE with a tag also writes, in the same RocksDB batch, the
 // client's record (docs/format.md "Client records"): its newest
@@ -71,9 +84,7 @@ class StoreBackend final : public KvBackend {
  public:
   explicit StoreBackend(storage::Store* store, uint32_t record_entries = 8)
       : store_(store), record_entries_(record_entries) {}
-  absl::StatusOr<uint64_t> Put(std::string_view key, std::string_view value,
-                               const WriteTag& tag) override;
-  absl::StatusOr<bool> Delete(std::string_view key, const WriteTag& tag) override;
+  void Write(std::span<const WriteRequest> requests, std::span<WriteReply> replies) override;
   absl::StatusOr<Value> Get(std::string_view key) override;
   void ForgetClient(uint64_t client_id) override;
 
@@ -101,6 +112,7 @@ struct RpcResult {
   proto::Opcode opcode = proto::Opcode::kPing;
   proto::RpcStatus status = proto::RpcStatus::kOk;
   uint64_t sequence = 0;
+  bool staged = false;  // a write left in *staged: nothing answered yet
 };
 
 // Handles `request` (the received bytes, exactly byte_len) and encodes the
@@ -108,8 +120,18 @@ struct RpcResult {
 // Undecodable requests are answered REJECTED with the header's sequence when
 // the header is readable, else with sequence 0; unknown opcodes are echoed as
 // PING (the response format cannot carry an unknown opcode).
+//
+// With `staged`, a PUT/DELETE that needs the backend is not applied but left
+// there (result.staged): the caller applies it with KvBackend::Write, in a
+// group with others, and answers it with AnswerWrite. Without, it is applied
+// and answered here.
 RpcResult HandleRpc(std::span<const uint8_t> request, const RpcContext& ctx,
-                    std::span<uint8_t> response);
+                    std::span<uint8_t> response, WriteRequest* staged = nullptr);
+
+// Answers a staged write with what the backend did, and remembers a
+// definitive answer in ctx.window (the window of the write's client).
+RpcResult AnswerWrite(const WriteRequest& write, const WriteReply& reply, const RpcContext& ctx,
+                      std::span<uint8_t> response);
 
 }  // namespace kvnode::server
 
