@@ -88,7 +88,10 @@ absl::StatusOr<std::unique_ptr<Server>> Server::CreateForTakeover(
 absl::Status Server::CompleteTakeover(InheritedSockets inherited) {
   return impl_->CompleteTakeover(inherited);
 }
-absl::Status Server::PrepareJournal() { return impl_->store_->PrepareJournal(); }
+absl::Status Server::PrepareJournal() {
+  if (!impl_->journal_prep_.valid()) return absl::FailedPreconditionError("no journal being made");
+  return impl_->journal_prep_.get();
+}
 absl::Status Server::CompleteSwitch(InheritedSockets inherited, uint64_t last_version) {
   return impl_->CompleteSwitch(inherited, last_version);
 }

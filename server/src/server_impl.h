@@ -21,6 +21,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <future>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -184,6 +185,9 @@ class ServerImpl {
   Metrics metrics_;
   std::shared_ptr<rdma::Device> device_;
   std::unique_ptr<storage::Store> store_;
+  // Live upgrade, new side: Store::PrepareJournal, started by
+  // InitForTakeover beside the registration (joined before store_ goes).
+  std::future<absl::Status> journal_prep_;
   std::unique_ptr<StoreBackend> backend_;
   std::shared_ptr<rdma::Pd> pd_;
   std::shared_ptr<rdma::Mr> arena_mr_;

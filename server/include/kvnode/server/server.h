@@ -65,6 +65,8 @@ class Server {
   // Both write the pid file.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<Server>> CreateForTakeover(
       const ServerOptions& options, std::function<absl::Status()> after_attach = {});
+  // Waits for the write journal CreateForTakeover started to allocate
+  // beside the registration (Store::PrepareJournal); once.
   [[nodiscard]] absl::Status PrepareJournal();
   [[nodiscard]] absl::Status CompleteSwitch(InheritedSockets inherited, uint64_t last_version);
   [[nodiscard]] absl::Status OpenDbAfterSwitch();
