@@ -8,7 +8,7 @@
 #
 #   deploy/rxe-vm --memory 2048 --cpus 1 -- deploy/upgrade-gaps.sh
 #   env: KVNODE_BUILD_DIR (default build), GAPS_KEYS (10000), GAPS_S (12),
-#        GAPS_NODE_FLAGS (extra kvnode flags)
+#        GAPS_NODE_FLAGS (extra kvnode flags), GAPS_WORKLOAD (A; C: GETs only)
 [[ ${1:-} == -h || ${1:-} == --help ]] && { sed -n '2,12p' "$0"; exit 0; }
 root=$(cd "$(dirname "$0")/.." && pwd)
 export KVNODE_BUILD_DIR=${KVNODE_BUILD_DIR:-$root/build}
@@ -21,7 +21,7 @@ KV_NODE_BIN=$bins/kvnode-a
 # shellcheck disable=SC2086
 kv_start_node --sync_writes=true ${GAPS_NODE_FLAGS:-}
 report=$KV_DIR/report.json
-"$KV_KVLOAD" --server "$KV_ADDR" --auth_token_file "$KV_TOKEN" --workload A --clients 4 \
+"$KV_KVLOAD" --server "$KV_ADDR" --auth_token_file "$KV_TOKEN" --workload "${GAPS_WORKLOAD:-A}" --clients 4 \
   --threads 2 --depth 4 --keys "${GAPS_KEYS:-10000}" --value_size 64 --preload \
   --duration "${GAPS_S:-12}" --report "$report" --progress=false >"$KV_DIR/kvload.log" 2>&1 &
 lp=$!
