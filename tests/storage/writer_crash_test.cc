@@ -144,10 +144,10 @@ TEST(WriterCrashChild, WriteAndDie) {
   } else if (op == "create") {
     ASSERT_TRUE((*s)->Put("key-new", std::string(700, 'n')).ok());
   } else if (op == "group") {  // all three in one group commit
-    const std::string created(700, 'n');
-    const std::vector<WriteOp> ops = {{WriteOp::Kind::kPut, Key(3), "new-3", nullptr},
+    const std::string created(700, 'n'), key3 = Key(3), key5 = Key(5);  // the ops' views
+    const std::vector<WriteOp> ops = {{WriteOp::Kind::kPut, key3, "new-3", nullptr},
                                       {WriteOp::Kind::kPut, "key-new", created, nullptr},
-                                      {WriteOp::Kind::kDelete, Key(5), {}, nullptr}};
+                                      {WriteOp::Kind::kDelete, key5, {}, nullptr}};
     std::vector<WriteResult> results(ops.size());
     (*s)->Write(ops, results);
   } else {

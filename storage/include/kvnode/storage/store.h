@@ -165,7 +165,8 @@ struct SideRecord {
   std::function<std::string(const WriteOutcome&)> value;
 };
 
-// One write of a group (Store::Write).
+// One write of a group (Store::Write). Views: what they point to must outlive
+// the Write call.
 struct WriteOp {
   enum class Kind : uint8_t { kPut, kDelete };
   Kind kind = Kind::kPut;
