@@ -837,13 +837,25 @@ struct Store::Group {
   std::vector<uint64_t> new_homes;  // home buckets of the members' new keys
   size_t intent_bytes = 0;
   uint64_t last_version = 0;  // of the members' puts; 0: none
+  // Side records by key, the last value of each: the batch would keep only
+  // it anyway (a server's client writes its record again with every write).
+  std::vector<std::pair<std::string_view, std::string>> sides;
 
   // Whether `op` fits beside the members: in the intent's key list, and in
   // one journal record (its op, its side record, and the group's version).
   bool Holds(const WriteOp& op) const {
     if (intent_bytes + IntentBytes(op.key) > kIntentCapacity) return false;
-    const size_t journal_ops = ws.ops.size() + (op.side != nullptr ? 2 : 1) + 1;
+    const size_t journal_ops = ws.ops.size() + sides.size() + (op.side != nullptr ? 2 : 1) + 1;
     return ws.cfs != nullptr || journal_ops <= WriteJournal::kMaxRecordOps;
+  }
+  void SetSide(std::string_view key, std::string value) {
+    auto it =
+        std::find_if(sides.begin(), sides.end(), [&](const auto& s) { return s.first == key; });
+    if (it == sides.end()) {
+      sides.emplace_back(key, std::move(value));
+    } else {
+      it->second = std::move(value);
+    }
   }
   bool Has(std::string_view key) const {
     return std::any_of(keys.begin(), keys.end(), [&](const IntentKey& k) { return k.key == key; });
@@ -856,6 +868,7 @@ struct Store::Group {
     new_homes.clear();
     intent_bytes = 0;
     last_version = 0;
+    sides.clear();
   }
 };
 
@@ -917,9 +930,7 @@ void Store::Write(std::span<const WriteOp> ops, std::span<WriteResult> results) 
     } else {
       g.ws.Delete(0, op.key);
     }
-    if (op.side != nullptr) {
-      g.ws.Put(1, absl::StrCat(kSidePrefix, op.side->key), op.side->value({r.version, r.existed}));
-    }
+    if (op.side != nullptr) g.SetSide(op.side->key, op.side->value({r.version, r.existed}));
     g.members.push_back(i);
     g.keys.push_back({op.key, r.existed});
     g.intent_bytes += IntentBytes(op.key);
@@ -929,6 +940,9 @@ void Store::Write(std::span<const WriteOp> ops, std::span<WriteResult> results) 
 
 bool Store::CommitGroup(Group& g, std::span<WriteResult> results) {
   if (g.members.empty()) return true;
+  for (const auto& [key, value] : g.sides) {
+    g.ws.Put(1, absl::StrCat(kSidePrefix, absl::string_view(key.data(), key.size())), value);
+  }
   if (g.last_version != 0) g.ws.Put(1, kLastVersionKey, U64(g.last_version));
   // The written generation records a claim's first write in RocksDB; a
   // journal writer has not claimed (its replay is followed by its claim).

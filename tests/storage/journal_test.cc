@@ -177,6 +177,17 @@ uint64_t OldSideWritesAndLetsGo(const StoreOptions& options) {
   return (*o)->last_version();
 }
 
+// The new side through the writer switch: attached, its journal prepared,
+// the journal writer from `last`.
+std::unique_ptr<Store> JournalWriter(const StoreOptions& options, uint64_t last) {
+  auto n = Store::AttachLive(options);
+  EXPECT_TRUE(n.ok()) << n.status();
+  if (!n.ok()) return nullptr;
+  EXPECT_TRUE((*n)->PrepareJournal().ok());
+  EXPECT_TRUE((*n)->BecomeJournalWriter(last).ok());
+  return std::move(*n);
+}
+
 TEST(WriterSwitchTest, JournaledWritesAreServedAndReplayed) {
   TempStore t;
   auto o = Store::Open(t.options);
@@ -233,10 +244,8 @@ TEST(WriterSwitchTest, JournaledWritesAreServedAndReplayed) {
 TEST(WriterSwitchTest, AJournaledGroupFitsInARecord) {
   TempStore t;
   const uint64_t last = OldSideWritesAndLetsGo(t.options);
-  auto n = Store::AttachLive(t.options);
-  ASSERT_TRUE(n.ok()) << n.status();
-  ASSERT_TRUE((*n)->PrepareJournal().ok());
-  ASSERT_TRUE((*n)->BecomeJournalWriter(last).ok());
+  std::unique_ptr<Store> n = JournalWriter(t.options, last);
+  ASSERT_NE(n, nullptr);
   std::vector<SideRecord> sides;
   for (int i = 0; i < 20; ++i) {
     sides.push_back(SideRecord{"client-" + std::to_string(i),
@@ -250,14 +259,14 @@ TEST(WriterSwitchTest, AJournaledGroupFitsInARecord) {
   std::vector<WriteOp> ops;
   for (int i = 0; i < 20; ++i) ops.push_back({WriteOp::Kind::kPut, keys[i], values[i], &sides[i]});
   std::vector<WriteResult> results(ops.size());
-  (*n)->Write(ops, results);
+  n->Write(ops, results);
   for (const WriteResult& r : results) ASSERT_TRUE(r.status.ok()) << r.status;
   // Per write a value and a side record, per group the version: 7 a record.
-  EXPECT_EQ((*n)->stats().journaled, 3u);
-  ASSERT_TRUE((*n)->OpenDb().ok());
-  EXPECT_EQ((*n)->stats().replayed, 3u);
-  ASSERT_TRUE((*n)->Close().ok());
-  n->reset();
+  EXPECT_EQ(n->stats().journaled, 3u);
+  ASSERT_TRUE(n->OpenDb().ok());
+  EXPECT_EQ(n->stats().replayed, 3u);
+  ASSERT_TRUE(n->Close().ok());
+  n.reset();
   auto cold = Store::Open(t.options);
   ASSERT_TRUE(cold.ok()) << cold.status();
   for (int i = 0; i < 20; ++i) EXPECT_EQ((*cold)->Get(Key(i))->value, values[i]) << i;
@@ -269,10 +278,8 @@ TEST(WriterSwitchTest, AJournaledGroupFitsInARecord) {
 TEST(WriterSwitchTest, WritesGoOnWhileRocksDbOpens) {
   TempStore t;
   const uint64_t last = OldSideWritesAndLetsGo(t.options);
-  auto n = Store::AttachLive(t.options);
-  ASSERT_TRUE(n.ok()) << n.status();
-  ASSERT_TRUE((*n)->PrepareJournal().ok());
-  ASSERT_TRUE((*n)->BecomeJournalWriter(last).ok());
+  std::unique_ptr<Store> n = JournalWriter(t.options, last);
+  ASSERT_NE(n, nullptr);
   std::atomic<bool> stop{false};
   std::vector<uint64_t> versions;
   absl::Notification journaled;
@@ -281,7 +288,7 @@ TEST(WriterSwitchTest, WritesGoOnWhileRocksDbOpens) {
     // replay on a fast host would otherwise fill the 32 MiB journal, whose
     // refusal (BUSY) is a test of its own.
     for (int i = 0; (!stop.load() || i < 50) && i < 100000; ++i) {
-      auto v = (*n)->Put(Key(i % 100), Value(i, "during"));
+      auto v = n->Put(Key(i % 100), Value(i, "during"));
       ASSERT_TRUE(v.ok()) << v.status();
       versions.push_back(*v);
       if (versions.size() == 20) journaled.Notify();
@@ -289,17 +296,17 @@ TEST(WriterSwitchTest, WritesGoOnWhileRocksDbOpens) {
   });
   // Some writes surely go to the journal (the deadline bounds a failed writer).
   const bool some = journaled.WaitForNotificationWithTimeout(absl::Seconds(60));
-  const absl::Status opened = (*n)->OpenDb();
+  const absl::Status opened = n->OpenDb();
   stop.store(true);
   writer.join();
   ASSERT_TRUE(some);
   ASSERT_TRUE(opened.ok()) << opened;
   for (size_t i = 1; i < versions.size(); ++i) ASSERT_EQ(versions[i], versions[i - 1] + 1);
   EXPECT_EQ(versions.front(), last + 1);
-  EXPECT_GT((*n)->stats().replayed, 0u);
-  EXPECT_EQ((*n)->stats().journaled, (*n)->stats().replayed);  // every journaled one
-  ASSERT_TRUE((*n)->Close().ok());
-  n->reset();
+  EXPECT_GT(n->stats().replayed, 0u);
+  EXPECT_EQ(n->stats().journaled, n->stats().replayed);  // every journaled one
+  ASSERT_TRUE(n->Close().ok());
+  n.reset();
   auto cold = Store::Open(t.options);
   ASSERT_TRUE(cold.ok()) << cold.status();
   auto next = (*cold)->Put("next", "n");

@@ -158,7 +158,9 @@ struct WriteOutcome {
 // A small record stored in the SAME RocksDB write batch as a Put or Delete:
 // both survive a crash or neither does. Kept in the metadata column family
 // under "side/" + key (docs/format.md "Side records"), never seen by Get or
-// the arena. The server keeps per-client dedupe state there.
+// the arena. The server keeps per-client dedupe state there. Of a group
+// commit's side records with one key only the last is written (what the
+// batch would keep).
 struct SideRecord {
   std::string key;  // non-empty
   // Called once, under the write lock, when the write's outcome is known.
