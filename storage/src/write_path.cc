@@ -128,11 +128,12 @@ absl::Status Store::Republish(std::string_view key, bool existed) {
 // Whether a PUT/DELETE of `key` finds it stored: resident in the arena, or
 // (when the index cannot rule it out) in RocksDB. The answer decides the
 // index's live count and goes into the dedupe side record.
-absl::StatusOr<bool> Store::ExistsForWrite(std::string_view key) {
+absl::StatusOr<bool> Store::ExistsForWrite(std::string_view key, uint64_t* home_bucket) {
   if (db_ == nullptr && journal_ == nullptr) {
     return absl::FailedPreconditionError("not the writer: database not open in this process");
   }
   const IndexWriter::Probe p = index_->Find(key);
+  *home_bucket = p.home_bucket;
   if (p.resident_slot != 0) return true;
   if (!p.maybe_nonresident()) return false;
   if (db_ == nullptr) {
@@ -248,14 +249,14 @@ void Store::Write(std::span<const WriteOp> ops, std::span<WriteResult> results) 
     if (full && !CommitGroup(g, results)) {
       return FailFrom(i, results[g.members[0]].status);
     }
-    absl::StatusOr<bool> has = ExistsForWrite(op.key);
+    uint64_t home = 0;
+    absl::StatusOr<bool> has = ExistsForWrite(op.key, &home);
     if (!has.ok()) {
       r.status = has.status();
       continue;
     }
     r.existed = *has;
     if (!r.existed) {
-      const uint64_t home = index_->Find(op.key).home_bucket;
       const bool shared =
           std::find(g.new_homes.begin(), g.new_homes.end(), home) != g.new_homes.end();
       if (shared && !CommitGroup(g, results)) {
@@ -279,7 +280,7 @@ void Store::Write(std::span<const WriteOp> ops, std::span<WriteResult> results) 
     g.keys.push_back({op.key, r.existed});
     g.intent_bytes += IntentBytes(op.key);
   }
-  if (!g.members.empty()) (void)CommitGroup(g, results);
+  (void)CommitGroup(g, results);
 }
 
 bool Store::CommitGroup(Group& g, std::span<WriteResult> results) {

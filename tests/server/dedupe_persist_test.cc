@@ -66,9 +66,7 @@ struct Node {
     std::string req;
     EXPECT_TRUE(proto::EncodeRequest(proto::RequestView{op, client, seq, key, value}, &req).ok());
     std::vector<uint8_t> resp(proto::kMaxRpcMessageSize);
-    DedupeWindow& w = windows.try_emplace(client, 1024).first->second;
-    const RpcContext ctx{client, &w, backend.get(), false, &metrics, &secrets[client]};
-    const RpcResult r = HandleRpc(proto::AsBytes(req), ctx, resp);
+    const RpcResult r = HandleRpc(proto::AsBytes(req), Context(client), resp);
     auto d = proto::DecodeResponse(std::span<const uint8_t>(resp.data(), r.response_size));
     EXPECT_TRUE(d.ok()) << d.status();
     return Reply{d->status, d->version, std::string(d->value)};

@@ -340,8 +340,10 @@ class Store {
   // FailedPrecondition when a writer died inside the heap allocator.
   absl::Status CheckHeap() const;
   absl::StatusOr<bool> DbContains(std::string_view key) ABSL_SHARED_LOCKS_REQUIRED(db_mu_);
-  absl::StatusOr<bool> ExistsForWrite(std::string_view key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_)
-      ABSL_SHARED_LOCKS_REQUIRED(db_mu_);
+  // *home_bucket: the key's home bucket in the index (a group's new keys
+  // must not share one).
+  absl::StatusOr<bool> ExistsForWrite(std::string_view key, uint64_t* home_bucket)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_) ABSL_SHARED_LOCKS_REQUIRED(db_mu_);
   absl::StatusOr<bool> ReadFromDb(std::string_view key, GetResult* out)
       ABSL_SHARED_LOCKS_REQUIRED(db_mu_);
   void Promote(std::string_view key);
