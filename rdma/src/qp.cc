@@ -112,15 +112,13 @@ absl::StatusOr<std::unique_ptr<Qp>> Qp::Create(std::shared_ptr<Pd> pd, std::shar
     qp->recv_attached_ = true;
   }
   qp->send_fifo_.resize(o.max_send_wr);
-  qp->read_wrs_.resize(o.max_send_wr);
-  qp->read_sges_.resize(o.max_send_wr);
+  qp->chain_wrs_.resize(o.max_send_wr);
+  qp->chain_sges_.resize(o.max_send_wr);
   for (uint32_t i = 0; i < o.max_send_wr; ++i) {
-    ibv_send_wr& wr = qp->read_wrs_[i];
+    ibv_send_wr& wr = qp->chain_wrs_[i];
     wr = ibv_send_wr{};
     wr.wr_id = qp->SendWrId(i);
-    wr.sg_list = &qp->read_sges_[i];
-    wr.num_sge = 1;
-    wr.opcode = IBV_WR_RDMA_READ;
+    wr.sg_list = &qp->chain_sges_[i];
   }
   return qp;
 }

@@ -79,58 +79,84 @@ absl::Status Qp::PostRead(uint64_t wr_id, const LocalBuf& dst, uint64_t remote_a
   return absl::OkStatus();
 }
 
-absl::StatusOr<size_t> Qp::PostReads(std::span<const ReadWr> reads) {
-  if (reads.empty()) return size_t{0};
+template <typename Fill>
+absl::StatusOr<size_t> Qp::PostChain(size_t count, const char* what, Fill fill) {
+  if (count == 0) return size_t{0};
   if (send_free_.empty()) return QueueFull(options_.label, "send");
-  const size_t n = std::min(reads.size(), send_free_.size());
+  const size_t n = std::min(count, send_free_.size());
   const size_t top = send_free_.size();
-  // Slot of the i-th READ: taken from the top of the free stack downwards,
+  // Slot of the i-th WR: taken from the top of the free stack downwards,
   // popped only once posted.
   auto slot_of = [&](size_t i) { return send_free_[top - 1 - i]; };
   for (size_t i = 0; i < n; ++i) {
-    const ReadWr& r = reads[i];
     const uint32_t idx = slot_of(i);
-    Slot& s = send_slots_[idx];
-    absl::Status st = r.dst.mr == nullptr
-                          ? absl::InvalidArgumentError("PostReads: destination without an Mr")
-                          : PinLocal(r.dst, &s.pin);
-    if (!st.ok()) {
+    ibv_send_wr& wr = chain_wrs_[idx];
+    if (absl::Status st = fill(i, wr, chain_sges_[idx], send_slots_[idx]); !st.ok()) {
       for (size_t j = 0; j < i; ++j) send_slots_[slot_of(j)].pin.Release();
       return st;
     }
-    ibv_sge& sge = read_sges_[idx];
-    sge.addr = r.dst.mr->iova() + r.dst.offset;
-    sge.length = r.dst.length;
-    sge.lkey = r.dst.mr->lkey();
-    ibv_send_wr& wr = read_wrs_[idx];
-    wr.wr.rdma.remote_addr = r.remote_addr;
-    wr.wr.rdma.rkey = r.rkey;
-    wr.send_flags = i + 1 == n ? IBV_SEND_SIGNALED : 0;
-    wr.next = i + 1 == n ? nullptr : &read_wrs_[slot_of(i + 1)];
+    if (i + 1 == n) wr.send_flags |= IBV_SEND_SIGNALED;
+    wr.next = i + 1 == n ? nullptr : &chain_wrs_[slot_of(i + 1)];
   }
   ibv_send_wr* bad = nullptr;
-  const int rc = ibv_post_send(qp_, &read_wrs_[slot_of(0)], &bad);
+  const int rc = ibv_post_send(qp_, &chain_wrs_[slot_of(0)], &bad);
   size_t posted = n;
   if (rc != 0) {
     posted = 0;
-    for (ibv_send_wr* w = &read_wrs_[slot_of(0)]; w != nullptr && w != bad; w = w->next) ++posted;
+    for (ibv_send_wr* w = &chain_wrs_[slot_of(0)]; w != nullptr && w != bad; w = w->next) ++posted;
     for (size_t i = posted; i < n; ++i) send_slots_[slot_of(i)].pin.Release();
   }
   for (size_t i = 0; i < posted; ++i) {
     const uint32_t idx = slot_of(i);
-    Slot& s = send_slots_[idx];
-    s.user_wr_id = reads[i].wr_id;
-    s.kind = WrKind::kRead;
-    s.signaled = i + 1 == n;
+    send_slots_[idx].signaled = i + 1 == n;
     PushPosted(idx);
   }
   send_free_.resize(top - posted);
   outstanding_sends_ += static_cast<uint32_t>(posted);
   if (posted == 0) {
     return ErrnoStatus(
-        absl::StrCat("ibv_post_send(READ chain of ", n, ") on QP '", options_.label, "'"), rc);
+        absl::StrCat("ibv_post_send(", what, " chain of ", n, ") on QP '", options_.label, "'"),
+        rc);
   }
   return posted;
+}
+
+absl::StatusOr<size_t> Qp::PostReads(std::span<const ReadWr> reads) {
+  return PostChain(reads.size(), "READ",
+                   [&](size_t i, ibv_send_wr& wr, ibv_sge& sge, Slot& s) -> absl::Status {
+                     const ReadWr& r = reads[i];
+                     if (r.dst.mr == nullptr) {
+                       return absl::InvalidArgumentError("PostReads: destination without an Mr");
+                     }
+                     if (absl::Status st = PinLocal(r.dst, &s.pin); !st.ok()) return st;
+                     sge = {r.dst.mr->iova() + r.dst.offset, r.dst.length, r.dst.mr->lkey()};
+                     wr.num_sge = 1;
+                     wr.opcode = IBV_WR_RDMA_READ;
+                     wr.send_flags = 0;
+                     wr.wr.rdma.remote_addr = r.remote_addr;
+                     wr.wr.rdma.rkey = r.rkey;
+                     s.user_wr_id = r.wr_id;
+                     s.kind = WrKind::kRead;
+                     return absl::OkStatus();
+                   });
+}
+
+absl::StatusOr<size_t> Qp::PostSends(std::span<const SendWr> sends) {
+  return PostChain(
+      sends.size(), "SEND", [&](size_t i, ibv_send_wr& wr, ibv_sge& sge, Slot& s) -> absl::Status {
+        const LocalBuf& src = sends[i].src;
+        if (absl::Status st = PinLocal(src, &s.pin); !st.ok()) return st;
+        const bool data = src.mr != nullptr && src.length > 0;
+        if (data) sge = {src.mr->iova() + src.offset, src.length, src.mr->lkey()};
+        wr.num_sge = data ? 1 : 0;
+        wr.opcode = IBV_WR_SEND;
+        wr.send_flags = options_.max_inline_data > 0 && src.length <= options_.max_inline_data
+                            ? IBV_SEND_INLINE
+                            : 0;
+        s.user_wr_id = sends[i].wr_id;
+        s.kind = WrKind::kSend;
+        return absl::OkStatus();
+      });
 }
 
 void Qp::PushPosted(uint32_t slot) {
@@ -171,45 +197,9 @@ void Qp::FinishSlot(bool recv, uint32_t idx, Completion* out) {
   }
 }
 
-absl::Status Qp::PostSendImpl(uint64_t wr_id, const LocalBuf& src, bool with_imm, uint32_t imm) {
-  if (send_free_.empty()) return QueueFull(options_.label, "send");
-  const uint32_t idx = send_free_.back();
-  Slot& s = send_slots_[idx];
-  if (absl::Status st = PinLocal(src, &s.pin); !st.ok()) return st;
-  ibv_sge sge{};
-  ibv_send_wr wr{};
-  if (src.mr != nullptr && src.length > 0) {
-    sge = {src.mr->iova() + src.offset, src.length, src.mr->lkey()};
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-  }
-  wr.wr_id = SendWrId(idx);
-  wr.opcode = with_imm ? IBV_WR_SEND_WITH_IMM : IBV_WR_SEND;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  if (with_imm) wr.imm_data = htobe32(imm);
-  if (options_.max_inline_data > 0 && src.length <= options_.max_inline_data) {
-    wr.send_flags |= IBV_SEND_INLINE;
-  }
-  ibv_send_wr* bad = nullptr;
-  if (int rc = ibv_post_send(qp_, &wr, &bad); rc != 0) {
-    s.pin.Release();
-    return ErrnoStatus(absl::StrCat("ibv_post_send(SEND) on QP '", options_.label, "'"), rc);
-  }
-  s.user_wr_id = wr_id;
-  s.kind = WrKind::kSend;
-  s.signaled = true;
-  send_free_.pop_back();
-  PushPosted(idx);
-  ++outstanding_sends_;
-  return absl::OkStatus();
-}
-
 absl::Status Qp::PostSend(uint64_t wr_id, const LocalBuf& src) {
-  return PostSendImpl(wr_id, src, false, 0);
-}
-
-absl::Status Qp::PostSendWithImm(uint64_t wr_id, const LocalBuf& src, uint32_t imm) {
-  return PostSendImpl(wr_id, src, true, imm);
+  const SendWr send{wr_id, src};
+  return PostSends({&send, 1}).status();
 }
 
 absl::Status Qp::PostRecv(uint64_t wr_id, const LocalBuf& dst) {

@@ -501,5 +501,53 @@ TEST_F(MrLifecycleTest, DrainReturnsEveryReadOfAnUnpolledChain) {
   KVR_ASSERT_OK(SafeDeregister(*local_mr_, DeadlineIn(seconds(1))));
 }
 
+// The same rule for PostSends (the server's answers): one completion asked
+// for, one per SEND returned in post order, each SEND's pin held until then,
+// and every message delivered whole and in order, a zero-length one too.
+TEST_F(MrLifecycleTest, UnsignaledSendsOfAChainAreTrackedUntilTheSignaledCompletion) {
+  SetUpPair(IBV_ACCESS_REMOTE_READ | IBV_ACCESS_LOCAL_WRITE);
+  if (HasFatalFailure() || IsSkipped()) return;
+  constexpr int kN = 6;
+  constexpr uint32_t kPiece = 1024;
+  for (int i = 0; i < kN; ++i) {
+    KVR_ASSERT_OK(
+        lb_->b->PostRecv(500 + i, LocalBuf{remote_mr_.get(), uint64_t{kPiece} * i, kPiece}));
+  }
+  for (size_t i = 0; i < kLen; ++i) local_mem_.bytes()[i] = static_cast<uint8_t>(i * 7 + 3);
+  std::vector<SendWr> wrs(kN);
+  auto length_of = [&](int i) { return i == 2 ? 0u : 100u * (i + 1); };
+  for (int i = 0; i < kN; ++i) {
+    wrs[i].wr_id = 400 + i;
+    if (length_of(i) > 0)
+      wrs[i].src = LocalBuf{local_mr_.get(), uint64_t{kPiece} * i, length_of(i)};
+  }
+  absl::StatusOr<size_t> posted = lb_->a->PostSends(wrs);
+  ASSERT_TRUE(posted.ok()) << posted.status();
+  ASSERT_EQ(*posted, size_t{kN});
+  EXPECT_EQ(lb_->a->outstanding_sends(), uint32_t{kN});
+  absl::Status st = SafeDeregister(*local_mr_, DeadlineIn(milliseconds(200)));
+  EXPECT_EQ(GetRdmaErrorKind(st), RdmaErrorKind::kMrInUse) << st;
+
+  std::vector<Completion> sent = PollN(*lb_->cq_a, kN, DeadlineIn(seconds(10)));
+  ASSERT_EQ(sent.size(), size_t{kN}) << "one completion per SEND of the chain";
+  std::vector<Completion> got = PollN(*lb_->cq_b, kN, DeadlineIn(seconds(10)));
+  ASSERT_EQ(got.size(), size_t{kN});
+  for (int i = 0; i < kN; ++i) {
+    EXPECT_EQ(sent[i].wr_id, uint64_t(400 + i)) << "post order";
+    EXPECT_TRUE(sent[i].ok()) << sent[i].ToStatus();
+    EXPECT_EQ(sent[i].kind, WrKind::kSend);
+    ASSERT_TRUE(got[i].ok()) << got[i].ToStatus();
+    EXPECT_EQ(got[i].wr_id, uint64_t(500 + i)) << "delivered in order";
+    EXPECT_EQ(got[i].byte_len, length_of(i));
+    EXPECT_EQ(std::memcmp(remote_mem_.bytes() + kPiece * i, local_mem_.bytes() + kPiece * i,
+                          length_of(i)),
+              0)
+        << "message " << i;
+  }
+  EXPECT_EQ(lb_->a->outstanding_sends(), 0u);
+  EXPECT_EQ(lb_->a->send_slots_free(), QpOptions{}.max_send_wr);
+  KVR_ASSERT_OK(SafeDeregister(*local_mr_, DeadlineIn(seconds(1))));
+}
+
 }  // namespace
 }  // namespace kvnode::rdma::testing

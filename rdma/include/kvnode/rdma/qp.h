@@ -10,8 +10,8 @@
 // wr_id on the wire encodes (CQ table index, generation, slot); Cq::Poll
 // translates it back to the caller's wr_id.
 //
-// Unsignaled work requests (PostReads; docs/rdma.md rule 4a): only the last
-// READ of a chain asks the device for a completion. Send slots are kept in
+// Unsignaled work requests (PostReads, PostSends; docs/rdma.md rule 4a):
+// only the last WR of a chain asks the device for a completion. Send slots are kept in
 // post order (send_fifo_): the send queue of an RC QP completes in order, so
 // a completion polled for slot k also retires every slot posted before k
 // that is still outstanding. Cq::Poll returns a Completion for each retired
@@ -119,6 +119,12 @@ struct ReadWr {
   uint32_t rkey = 0;
 };
 
+// One SEND of a chain for Qp::PostSends.
+struct SendWr {
+  uint64_t wr_id = 0;  // the caller's, returned in its Completion
+  LocalBuf src;        // length may be 0 with src.mr null
+};
+
 class Qp {
  public:
   // send_cq and recv_cq may be the same Cq.
@@ -167,7 +173,10 @@ class Qp {
   [[nodiscard]] absl::StatusOr<size_t> PostReads(std::span<const ReadWr> reads);
   // SEND of src (length may be 0 with src.mr null).
   [[nodiscard]] absl::Status PostSend(uint64_t wr_id, const LocalBuf& src);
-  [[nodiscard]] absl::Status PostSendWithImm(uint64_t wr_id, const LocalBuf& src, uint32_t imm);
+  // Posts `sends` as one chain, only the last signaled: the contract of
+  // PostReads. One doorbell for the chain (on rxe, one write() into the
+  // kernel instead of one per SEND) and one completion to poll.
+  [[nodiscard]] absl::StatusOr<size_t> PostSends(std::span<const SendWr> sends);
   // RECV into dst.
   [[nodiscard]] absl::Status PostRecv(uint64_t wr_id, const LocalBuf& dst);
 
@@ -240,7 +249,11 @@ class Qp {
   uint64_t SendWrId(uint32_t slot) const { return (uint64_t{send_tag_} << 32) | slot; }
   uint64_t RecvWrId(uint32_t slot) const { return (uint64_t{recv_tag_} << 32) | kRecvBit | slot; }
   absl::Status PinLocal(const LocalBuf& b, MrRef* pin);
-  absl::Status PostSendImpl(uint64_t wr_id, const LocalBuf& src, bool with_imm, uint32_t imm);
+  // PostReads and PostSends: posts up to `count` WRs as one chain, the last
+  // signaled. `fill(i, wr, sge, slot)` pins the i-th WR's buffer into its
+  // slot and sets its opcode, gather entry, flags and the caller's wr_id.
+  template <typename Fill>
+  absl::StatusOr<size_t> PostChain(size_t count, const char* what, Fill fill);
   // From Cq::Dispatch: fills `out`; false for the drain marker. Appends the
   // completions of the unsignaled slots the completion retires (rule 4a) to
   // `retired`, in post order.
@@ -275,10 +288,10 @@ class Qp {
   std::vector<uint32_t> send_fifo_;
   uint32_t fifo_head_ = 0;
   uint32_t fifo_count_ = 0;
-  // One prebuilt READ work request and its gather entry per send slot
-  // (opcode, wr_id and sg_list fixed at creation): PostReads fills the rest.
-  std::vector<ibv_send_wr> read_wrs_;
-  std::vector<ibv_sge> read_sges_;
+  // One prebuilt work request and its gather entry per send slot (wr_id and
+  // sg_list fixed at creation): PostChain fills the rest.
+  std::vector<ibv_send_wr> chain_wrs_;
+  std::vector<ibv_sge> chain_sges_;
   uint32_t outstanding_sends_ = 0;  // caller's WRs, marker excluded
   uint32_t outstanding_recvs_ = 0;
   bool marker_outstanding_ = false;
