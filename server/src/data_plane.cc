@@ -219,11 +219,11 @@ void DataPlane::Loop() {
     for (int i = 0; i < *n; ++i) {
       HandleCompletion(wcs[i]);
       if (tasks_->pending()) {
-        FlushWrites();
+        FlushRound();
         tasks_->RunAll();
       }
     }
-    FlushWrites();
+    FlushRound();
     return *n;
   };
   // After a busy round: `n` completions handled.

@@ -144,14 +144,19 @@ class DataPlane {
   // False when the session was reaped (do not touch it any more). A write
   // is staged for the poll round's group commit, not answered.
   bool HandleRequest(Session& s, uint32_t recv_slot, uint32_t byte_len);
+  // The end of a poll round, and before any task runs: FlushWrites, then
+  // PostAnswers. Everything received so far is then answered on the wire.
+  void FlushRound();
   // Group commit: applies the staged writes in one KvBackend::Write and
-  // answers them, in the order received. Before any task runs and at the end
-  // of every poll round.
+  // answers them, in the order received.
   void FlushWrites();
-  // Re-posts the request's receive buffer, then the response. False when
-  // the session was reaped.
+  // Re-posts the request's receive buffer and queues the response for
+  // PostAnswers. False when the session was reaped.
   bool Respond(Session& s, uint32_t recv_slot, uint32_t send_slot, uint32_t byte_len,
                const RpcResult& r);
+  // Posts the queued responses, one chain per session in the order they
+  // were queued (Qp::PostSends: one doorbell and one completion per chain).
+  void PostAnswers();
   RpcContext ContextFor(ClientRecord& record) const;
   absl::Status PostRecvSlot(Session& s, uint32_t slot);
   uint64_t RecvOffset(const Session& s, uint32_t slot) const;
@@ -197,6 +202,14 @@ class DataPlane {
   std::vector<StagedWrite> staged_;
   std::vector<WriteRequest> staged_requests_;
   std::vector<WriteReply> staged_replies_;
+  // Responses queued by Respond for PostAnswers.
+  struct Answer {
+    uint32_t serial = 0;
+    uint32_t send_slot = 0;
+    uint32_t size = 0;
+  };
+  std::vector<Answer> answers_;
+  std::vector<rdma::SendWr> chain_;  // PostAnswers' scratch
 
   std::atomic<uint64_t> live_sessions_{0};
   std::atomic<uint64_t> ready_sessions_{0};

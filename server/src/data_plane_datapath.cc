@@ -1,7 +1,8 @@
 // The data plane's hot path: one completion at a time; a GET or PING is
 // answered at once, a PUT or DELETE is staged and the poll round's writes
 // are applied as one group commit (one synced RocksDB write), then answered
-// in the order received. No locks, no allocation on the success path once
+// in the order received. Answers go on the wire at the end of the round, one
+// chain per session. No locks, no allocation on the success path once
 // the staging vectors have grown, no virtual call per work request.
 #include <glog/logging.h>
 
@@ -137,15 +138,45 @@ bool DataPlane::Respond(Session& s, uint32_t recv_slot, uint32_t send_slot, uint
          /*notify=*/true);
     return false;
   }
-  if (absl::Status st = s.qp->PostSend(MakeWrId(s.serial, WrTag::kSend, send_slot),
-                                       rdma::LocalBuf{res_.pool_mr.get(), SendOffset(s, send_slot),
-                                                      static_cast<uint32_t>(r.response_size)});
-      !st.ok()) {
-    Reap(s, absl::StrCat("posting a response failed: ", st.ToString()), ErrorKind::kQpError,
-         /*notify=*/true);
-    return false;
-  }
+  answers_.push_back(Answer{s.serial, send_slot, static_cast<uint32_t>(r.response_size)});
   return true;
+}
+
+void DataPlane::FlushRound() {
+  FlushWrites();
+  PostAnswers();
+}
+
+void DataPlane::PostAnswers() {
+  if (answers_.empty()) return;
+  std::stable_sort(answers_.begin(), answers_.end(),
+                   [](const Answer& a, const Answer& b) { return a.serial < b.serial; });
+  for (size_t first = 0, end = 0; first < answers_.size(); first = end) {
+    const uint32_t serial = answers_[first].serial;
+    while (end < answers_.size() && answers_[end].serial == serial) ++end;
+    // A session reaped since its answers were queued: its client is gone.
+    auto it = by_serial_.find(serial);
+    if (it == by_serial_.end()) continue;
+    Session& s = *it->second;
+    chain_.clear();
+    for (size_t i = first; i < end; ++i) {
+      const Answer& a = answers_[i];
+      chain_.push_back(
+          rdma::SendWr{MakeWrId(serial, WrTag::kSend, a.send_slot),
+                       rdma::LocalBuf{res_.pool_mr.get(), SendOffset(s, a.send_slot), a.size}});
+    }
+    // Credits bound a session's answers below its send queue: a shorter
+    // chain than asked means the device refused one.
+    absl::StatusOr<size_t> posted = s.qp->PostSends(chain_);
+    if (!posted.ok() || *posted != chain_.size()) {
+      Reap(s,
+           absl::StrCat("posting ", chain_.size(), " response(s) failed: ",
+                        posted.ok() ? absl::StrCat("only ", *posted, " posted")
+                                    : posted.status().ToString()),
+           ErrorKind::kQpError, /*notify=*/true);
+    }
+  }
+  answers_.clear();
 }
 
 }  // namespace kvnode::server
