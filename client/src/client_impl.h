@@ -293,10 +293,17 @@ class Client::Impl {
                  uint32_t length);
   // Posts read_batch_ on the current session as one chain (only its last
   // READ signaled; rdma::Qp::PostReads), or requeues what could not go.
-  // Called at the start and end of Poll and before waiting, so a burst of
-  // Submits and the READs issued from one completion loop go out together.
   void FlushReads(absl::Time now);
+  // Queues the slot's request in send_batch_ (posted by FlushSends); it
+  // holds its credit from now on.
   void SendRpc(uint32_t idx, Slot& slot, absl::Time now);
+  // The same for send_batch_ (rdma::Qp::PostSends).
+  void FlushSends(absl::Time now);
+  // FlushReads and FlushSends. Called at the start and end of Poll, before
+  // waiting, and after a retired session's work was restarted, so a burst
+  // of Submits and what one completion loop issues go out together: one
+  // doorbell per chain (on rxe, one write() into the kernel).
+  void FlushPosts(absl::Time now);
   absl::Status EncodeRpc(uint32_t idx, std::string_view value);
   void MarkBroken(Session* s, absl::Status why);
   void Requeue(uint32_t idx, absl::Time not_before);
@@ -351,6 +358,10 @@ class Client::Impl {
   std::vector<uint32_t> read_batch_slot_;
   std::vector<rdma::ReadWr> read_batch_;
   uint32_t read_batch_epoch_ = 0;
+  // Requests queued by SendRpc for FlushSends, likewise.
+  std::vector<uint32_t> send_batch_slot_;
+  std::vector<rdma::SendWr> send_batch_;
+  uint32_t send_batch_epoch_ = 0;
   LocationCache location_cache_{options_.location_cache_entries};
   // Polls that found nothing since the last full pass of Poll (which reads
   // the clock): an empty poll costs one ibv_poll_cq and no clock read.

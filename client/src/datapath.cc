@@ -292,23 +292,57 @@ void Client::Impl::SendRpc(uint32_t idx, Slot& s, absl::Time now) {
   }
   // The client id may have changed (resumed as a new client): patch it.
   storage::StoreU64(SendBuf(idx) + 8, client_id_);
-  absl::Status st =
-      ses->qp->PostSend(MakeWrId(ses->epoch, false, idx),
-                        rdma::LocalBuf{slot_mr_.get(), uint64_t{idx} * kSlotStride, s.send_len});
-  if (!st.ok()) {
-    if (rdma::GetRdmaErrorKind(st) != rdma::RdmaErrorKind::kQueueFull) {
-      MarkBroken(ses, absl::UnavailableError(absl::StrCat("post SEND: ", st.message())));
-    }
-    Requeue(idx, now);
-    return;
-  }
+  if (!send_batch_.empty() && send_batch_epoch_ != ses->epoch) FlushSends(now);
+  send_batch_epoch_ = ses->epoch;
+  send_batch_slot_.push_back(idx);
+  send_batch_.push_back(
+      rdma::SendWr{MakeWrId(ses->epoch, false, idx),
+                   rdma::LocalBuf{slot_mr_.get(), uint64_t{idx} * kSlotStride, s.send_len}});
   s.state = Slot::State::kRpc;
   s.epoch = ses->epoch;
   s.awaiting_response = true;
   ++s.sends_outstanding;
   ++ses->rpcs_outstanding;
-  if (++s.sends > 1) ++stats_.rpc_resends;
-  ++stats_.rpcs_sent;
+}
+
+void Client::Impl::FlushSends(absl::Time now) {
+  if (send_batch_.empty()) return;
+  Session* ses = SessionByEpoch(send_batch_epoch_);
+  size_t posted = 0;
+  if (ses != nullptr && ses == current_.get() && !ses->broken) {
+    absl::StatusOr<size_t> n = ses->qp->PostSends(send_batch_);
+    if (n.ok()) {
+      posted = *n;
+      if (posted < send_batch_.size() && ses->qp->send_slots_free() > 0) {
+        MarkBroken(ses, absl::UnavailableError("post SEND chain: refused by the device"));
+      }
+    } else if (rdma::GetRdmaErrorKind(n.status()) != rdma::RdmaErrorKind::kQueueFull) {
+      MarkBroken(ses, absl::UnavailableError(absl::StrCat("post SEND: ", n.status().message())));
+    }
+  }
+  stats_.rpcs_sent += posted;
+  for (size_t i = 0; i < send_batch_.size(); ++i) {
+    const uint32_t idx = send_batch_slot_[i];
+    Slot& s = slots_[idx];
+    if (i < posted) {
+      if (++s.sends > 1) ++stats_.rpc_resends;
+      continue;
+    }
+    // Not sent: it gives its credit back and waits for the next try, unless
+    // a retired session's teardown has requeued it already.
+    if (s.state != Slot::State::kRpc || s.epoch != send_batch_epoch_) continue;
+    if (s.sends_outstanding > 0) --s.sends_outstanding;
+    if (ses != nullptr && ses->rpcs_outstanding > 0) --ses->rpcs_outstanding;
+    s.awaiting_response = false;
+    Requeue(idx, now);
+  }
+  send_batch_.clear();
+  send_batch_slot_.clear();
+}
+
+void Client::Impl::FlushPosts(absl::Time now) {
+  FlushReads(now);
+  FlushSends(now);
 }
 
 void Client::Impl::Finish(uint32_t idx, absl::Status status) {
@@ -594,9 +628,9 @@ void Client::Impl::CheckDeadlines(absl::Time now) {
 
 size_t Client::Impl::Poll(std::span<OpResult> out) {
   if (closed_) return 0;
-  // READs queued by Submit go out first (what cannot go is retried at once:
-  // no clock reading needed for that).
-  if (!read_batch_.empty()) FlushReads(absl::InfinitePast());
+  // READs and SENDs queued by Submit go out first (what cannot go is
+  // retried at once: no clock reading needed for that).
+  if (!read_batch_.empty() || !send_batch_.empty()) FlushPosts(absl::InfinitePast());
   // Nothing completed and nothing else to do: no clock read. Every
   // kIdlePolls-th empty poll still runs the timers below (keep-alive,
   // deadlines, session steps).
@@ -619,14 +653,14 @@ size_t Client::Impl::Poll(std::span<OpResult> out) {
   const absl::Time now = absl::Now();
   for (int i = 0; i < got; ++i) OnCompletion(first[i], now);
   if (got == kPollBatch) PollCq(now);
-  FlushReads(now);
+  FlushPosts(now);
   if (now >= next_control_check_) {
     next_control_check_ = now + absl::Microseconds(200);
     if (current_ != nullptr) PollControl(current_.get(), now);
   }
   ProgressSessions(now);
   if (!queue_.empty()) RunQueue(now);
-  FlushReads(now);
+  FlushPosts(now);
   if (now >= next_deadline_check_) {
     next_deadline_check_ = now + absl::Milliseconds(1);
     CheckDeadlines(now);
@@ -657,7 +691,7 @@ size_t Client::Impl::Poll(std::span<OpResult> out) {
 void Client::Impl::AppendWaitFds(std::vector<pollfd>* fds, absl::Time* until) {
   const absl::Time now = absl::Now();
   if (closed_) return;
-  FlushReads(now);
+  FlushPosts(now);
   if (!done_.empty()) {
     *until = now;
     return;

@@ -447,6 +447,7 @@ void Client::Impl::FinishRetire(std::unique_ptr<Session> s, absl::Time now) {
   ReleaseSlots(s.get(), now);
   if (s->moved) {
     RunQueue(now);  // retry on the new session before acknowledging
+    FlushPosts(now);
     (void)SendFrame(s->fd.get(), proto::MoveAck{s->move.new_generation});
     proto::Goodbye bye;
     bye.reason = proto::GoodbyeReason::kClientClose;
