@@ -8,8 +8,12 @@
 #
 #   deploy/rxe-vm --memory 2048 --cpus 1 -- deploy/upgrade-gaps.sh
 #   env: KVNODE_BUILD_DIR (default build), GAPS_KEYS (10000), GAPS_S (12),
-#        GAPS_NODE_FLAGS (extra kvnode flags), GAPS_WORKLOAD (A; C: GETs only)
-[[ ${1:-} == -h || ${1:-} == --help ]] && { sed -n '2,12p' "$0"; exit 0; }
+#        GAPS_NODE_FLAGS (extra kvnode flags), GAPS_WORKLOAD (A; C: GETs only),
+#        GAPS_SCHED (1: a scheduler trace, `perf sched record`, from 1 s
+#        before the signal to kvload's end; then every time a kvload thread
+#        waited > 5 ms, runnable or not, with wall-clock times to set against
+#        the node's log lines)
+[[ ${1:-} == -h || ${1:-} == --help ]] && { sed -n '2,16p' "$0"; exit 0; }
 root=$(cd "$(dirname "$0")/.." && pwd)
 export KVNODE_BUILD_DIR=${KVNODE_BUILD_DIR:-$root/build}
 source "$root/tests/e2e/lib.sh"
@@ -29,10 +33,40 @@ clients_are() { [[ $(kv_stat clients) == "$1" ]]; }
 preloaded() { grep -q "preloaded" "$KV_DIR/kvload.log"; }
 kv_wait_for 120 clients_are 4 || kv_fail "clients did not connect"
 kv_wait_for 600 preloaded || kv_fail "no preload"
-kv_nap 4
-kv_log "signal"
+sched=
+if [[ ${GAPS_SCHED:-0} == 1 ]] && command -v perf >/dev/null; then
+  [[ -d /sys/kernel/tracing/events ]] || mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null || true
+  kv_nap 3
+  sched=$KV_DIR/sched.data
+  # CLOCK_MONOTONIC stamps (perf refuses CLOCK_REALTIME), set against the
+  # node's wall-clock log lines through one offset; -g: where each thread
+  # blocked.
+  mono_to_wall=$(python3 -c 'import time; print(time.time() - time.monotonic())')
+  perf sched record -a -g -k mono -o "$sched" >"$KV_DIR/sched.log" 2>&1 &
+  sp=$!
+  kv_nap 1
+else
+  kv_nap 4
+fi
+kv_log "signal at $(date +%T.%N)"
 kill -USR2 "$KV_PID"
 wait "$lp" || true
+if [[ -n $sched ]]; then
+  kill -INT "$sp" 2>/dev/null || true
+  wait "$sp" 2>/dev/null || true
+  perf sched timehist -i "$sched" >"$KV_DIR/timehist.txt" 2>"$KV_DIR/timehist.err" || true
+  [[ -s $KV_DIR/timehist.txt ]] || cat "$KV_DIR/sched.log" "$KV_DIR/timehist.err"
+  # timehist columns: time, cpu, task, wait time, sch delay, run time (ms),
+  # then where the task left the CPU. Every kvload or kvnode thread that was
+  # off the CPU for > 20 ms, or runnable and not run for > 5 ms.
+  echo "threads off the CPU > 20 ms or runnable but not run > 5 ms (wall clock of the switch back in):"
+  awk -v off="$mono_to_wall" '$3 ~ /kvload|kvnode/ && ($4 + 0 > 20 || $5 + 0 > 5) {
+    w = $1 + off; cmd = "date -u -d @" int(w) " +%T"; cmd | getline t; close(cmd)
+    line = sprintf("%s.%06d %-16s wait %8s ms sch delay %7s ms run %7s ms", t, (w - int(w)) * 1e6, $3, $4, $5, $6)
+    for (i = 7; i <= NF && i <= 12; ++i) line = line " " $i
+    print line
+  }' "$KV_DIR/timehist.txt" | head -80 || true
+fi
 python3 - "$report" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
