@@ -53,7 +53,7 @@ struct Db {
 // Opens the database with the node's column families (store.cc) and checks
 // that its data column family is empty.
 absl::Status OpenEmpty(const std::string& path, Db* d) {
-  rocksdb::DBOptions dbo;
+  rocksdb::DBOptions dbo = dblayout::DbOptions();
   dbo.create_if_missing = true;
   dbo.create_missing_column_families = true;
   if (absl::Status s =

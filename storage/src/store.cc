@@ -106,7 +106,7 @@ Store::~Store() {
 namespace {
 
 rocksdb::DBOptions MakeDbOptions(const StoreOptions& o) {
-  rocksdb::DBOptions dbo;
+  rocksdb::DBOptions dbo = dblayout::DbOptions();
   dbo.create_if_missing = o.create_if_missing;
   dbo.allow_fallocate = !dblayout::OnTmpfs(o.db_path);
   dbo.create_missing_column_families = true;

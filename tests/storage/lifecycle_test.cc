@@ -9,6 +9,7 @@
 #include <string>
 
 #include "child_process.h"
+#include "db_layout.h"
 #include "kvnode/storage/arena.h"
 #include "kvnode/storage/read_path.h"
 #include "kvnode/storage/store.h"
@@ -35,6 +36,42 @@ void ExpectAll(Store& s, int n, bool from_arena) {
       EXPECT_TRUE(g->from_arena) << Key(i);
     }
   }
+}
+
+// The database's options (db_layout.h): a PUT of a key whose newest record
+// is in the memtable overwrites it in place, so overwrites leave one record
+// per key in the memtable, also when a new process replays the WAL into it
+// (what a live upgrade's RocksDB open does), and the newest value is the
+// one read back.
+TEST(DbLayoutTest, OverwritesOfAKeyLeaveOneMemtableRecord) {
+  TempStore t;
+  constexpr int kWrites = 500;
+  {
+    auto s = Store::Open(t.options);
+    ASSERT_TRUE(s.ok()) << s.status();
+    for (int i = 0; i < kWrites; ++i) {
+      ASSERT_TRUE((*s)->Put("hot", absl::StrCat("value-", 1000 + i)).ok());
+    }
+    // Not closed (Close flushes): the WAL alone holds the writes, as after a
+    // crash or a live upgrade's handoff.
+  }
+  rocksdb::DBOptions dbo = dblayout::DbOptions();
+  dbo.avoid_flush_during_recovery = true;  // replay into the memtable, as the store does
+  std::vector<rocksdb::ColumnFamilyHandle*> h;
+  rocksdb::DB* db = nullptr;
+  ASSERT_TRUE(rocksdb::DB::Open(dbo, t.options.db_path, dblayout::ColumnFamilies(), &h, &db).ok());
+  uint64_t data = 0, meta = 0;
+  ASSERT_TRUE(db->GetIntProperty(h[0], "rocksdb.num-entries-active-mem-table", &data));
+  ASSERT_TRUE(db->GetIntProperty(h[1], "rocksdb.num-entries-active-mem-table", &meta));
+  EXPECT_EQ(data, 1u) << "one record for " << kWrites << " writes of one key";
+  EXPECT_LT(meta, 10u) << "last_version and the other meta records, once each";
+  std::string v;
+  ASSERT_TRUE(db->Get(rocksdb::ReadOptions(), h[0], "hot", &v).ok());
+  EXPECT_EQ(v.substr(dblayout::kVersionPrefix), absl::StrCat("value-", 1000 + kWrites - 1));
+  EXPECT_EQ(LoadU64(v.data()), uint64_t{kWrites});
+  for (auto* c : h) ASSERT_TRUE(db->DestroyColumnFamilyHandle(c).ok());
+  ASSERT_TRUE(db->Close().ok());
+  delete db;
 }
 
 TEST(ReattachTest, CleanArenaIsReattachedWithoutReload) {
