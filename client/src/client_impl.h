@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -291,6 +292,12 @@ class Client::Impl {
   void PostRead(uint32_t idx, Slot& slot, absl::Time now);
   void QueueRead(uint32_t idx, Slot& slot, uint64_t local_offset, uint64_t arena_offset,
                  uint32_t length);
+  // Runs `post` (one chain of `asked` WRs) on the session of `epoch` if it is
+  // still the current one and whole; returns how many WRs went. An error
+  // other than a full queue, or a chain cut short with entries free, breaks
+  // the session.
+  size_t PostChain(uint32_t epoch, size_t asked, const char* what,
+                   absl::FunctionRef<absl::StatusOr<size_t>(rdma::Qp&)> post);
   // Posts read_batch_ on the current session as one chain (only its last
   // READ signaled; rdma::Qp::PostReads), or requeues what could not go.
   void FlushReads(absl::Time now);

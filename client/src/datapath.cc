@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "client_impl.h"
 
@@ -250,23 +251,31 @@ void Client::Impl::QueueRead(uint32_t idx, Slot& s, uint64_t local_offset, uint6
   ++s.reads_outstanding;
 }
 
+size_t Client::Impl::PostChain(uint32_t epoch, size_t asked, const char* what,
+                               absl::FunctionRef<absl::StatusOr<size_t>(rdma::Qp&)> post) {
+  Session* ses = SessionByEpoch(epoch);
+  if (ses == nullptr || ses != current_.get() || ses->broken) return 0;
+  absl::StatusOr<size_t> n = post(*ses->qp);
+  if (!n.ok()) {
+    if (rdma::GetRdmaErrorKind(n.status()) != rdma::RdmaErrorKind::kQueueFull) {
+      MarkBroken(ses,
+                 absl::UnavailableError(absl::StrCat("post ", what, ": ", n.status().message())));
+    }
+    return 0;
+  }
+  // Fewer posted than asked with entries free: the device refused one
+  // (rdma::Qp::PostReads); the QP is not to be trusted any more.
+  if (*n < asked && ses->qp->send_slots_free() > 0) {
+    MarkBroken(
+        ses, absl::UnavailableError(absl::StrCat("post ", what, " chain: refused by the device")));
+  }
+  return *n;
+}
+
 void Client::Impl::FlushReads(absl::Time now) {
   if (read_batch_.empty()) return;
-  Session* ses = SessionByEpoch(read_batch_epoch_);
-  size_t posted = 0;
-  if (ses != nullptr && ses == current_.get() && !ses->broken) {
-    absl::StatusOr<size_t> n = ses->qp->PostReads(read_batch_);
-    if (n.ok()) {
-      posted = *n;
-      // Fewer posted than asked with entries free: the device refused one
-      // (rdma::Qp::PostReads); the QP is not to be trusted any more.
-      if (posted < read_batch_.size() && ses->qp->send_slots_free() > 0) {
-        MarkBroken(ses, absl::UnavailableError("post READ chain: refused by the device"));
-      }
-    } else if (rdma::GetRdmaErrorKind(n.status()) != rdma::RdmaErrorKind::kQueueFull) {
-      MarkBroken(ses, absl::UnavailableError(absl::StrCat("post READ: ", n.status().message())));
-    }
-  }
+  const size_t posted = PostChain(read_batch_epoch_, read_batch_.size(), "READ",
+                                  [&](rdma::Qp& qp) { return qp.PostReads(read_batch_); });
   stats_.reads_posted += posted;
   for (size_t i = posted; i < read_batch_.size(); ++i) {
     const uint32_t idx = read_batch_slot_[i];
@@ -307,19 +316,8 @@ void Client::Impl::SendRpc(uint32_t idx, Slot& s, absl::Time now) {
 
 void Client::Impl::FlushSends(absl::Time now) {
   if (send_batch_.empty()) return;
-  Session* ses = SessionByEpoch(send_batch_epoch_);
-  size_t posted = 0;
-  if (ses != nullptr && ses == current_.get() && !ses->broken) {
-    absl::StatusOr<size_t> n = ses->qp->PostSends(send_batch_);
-    if (n.ok()) {
-      posted = *n;
-      if (posted < send_batch_.size() && ses->qp->send_slots_free() > 0) {
-        MarkBroken(ses, absl::UnavailableError("post SEND chain: refused by the device"));
-      }
-    } else if (rdma::GetRdmaErrorKind(n.status()) != rdma::RdmaErrorKind::kQueueFull) {
-      MarkBroken(ses, absl::UnavailableError(absl::StrCat("post SEND: ", n.status().message())));
-    }
-  }
+  const size_t posted = PostChain(send_batch_epoch_, send_batch_.size(), "SEND",
+                                  [&](rdma::Qp& qp) { return qp.PostSends(send_batch_); });
   stats_.rpcs_sent += posted;
   for (size_t i = 0; i < send_batch_.size(); ++i) {
     const uint32_t idx = send_batch_slot_[i];
@@ -332,6 +330,7 @@ void Client::Impl::FlushSends(absl::Time now) {
     // a retired session's teardown has requeued it already.
     if (s.state != Slot::State::kRpc || s.epoch != send_batch_epoch_) continue;
     if (s.sends_outstanding > 0) --s.sends_outstanding;
+    Session* ses = SessionByEpoch(send_batch_epoch_);
     if (ses != nullptr && ses->rpcs_outstanding > 0) --ses->rpcs_outstanding;
     s.awaiting_response = false;
     Requeue(idx, now);
