@@ -540,10 +540,12 @@ elif [[ ,$parts, == *,put_scale,* ]]; then
         with_clients "$c" kvload_run "P-perf-c$c" W uniform "$put_size" "$d" 0
         kill -INT "$perf_pid" 2>/dev/null || true
         wait "$perf_pid" 2>/dev/null || true
-        # CPU by thread; then by function (self); then the node's functions
-        # with their callees (children): where its time per PUT goes.
+        # CPU by thread, then by thread and object (the kernel's share: rxe's
+        # transport runs there); then by function (self); then the node's
+        # functions with their callees (children): where its time per PUT goes.
         {
           perf report -i "$KV_DIR/perf.data" --stdio --no-children -g none --sort comm
+          perf report -i "$KV_DIR/perf.data" --stdio --no-children -g none --sort comm,dso
           perf report -i "$KV_DIR/perf.data" --stdio --no-children -g none \
             --sort comm,dso,sym --percent-limit 0.5
           perf report -i "$KV_DIR/perf.data" --stdio --children -g none --sort sym \
