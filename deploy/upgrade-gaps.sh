@@ -9,11 +9,11 @@
 #   deploy/rxe-vm --memory 2048 --cpus 1 -- deploy/upgrade-gaps.sh
 #   env: KVNODE_BUILD_DIR (default build), GAPS_KEYS (10000), GAPS_S (12),
 #        GAPS_NODE_FLAGS (extra kvnode flags), GAPS_WORKLOAD (A; C: GETs only),
-#        GAPS_SCHED (1: a scheduler trace, `perf sched record`, from 1 s
-#        before the signal to kvload's end; then every time a kvload thread
-#        waited > 5 ms, runnable or not, with wall-clock times to set against
-#        the node's log lines)
-[[ ${1:-} == -h || ${1:-} == --help ]] && { sed -n '2,16p' "$0"; exit 0; }
+#        GAPS_SCHED (1: a scheduler trace, `perf sched record -g`, from 1 s
+#        before the signal to kvload's end; then every kvload or kvnode
+#        thread off the CPU > 20 ms or runnable but not run > 5 ms, where it
+#        left the CPU, in wall-clock times to set against the node's log)
+[[ ${1:-} == -h || ${1:-} == --help ]] && { sed -n '2,15p' "$0"; exit 0; }
 root=$(cd "$(dirname "$0")/.." && pwd)
 export KVNODE_BUILD_DIR=${KVNODE_BUILD_DIR:-$root/build}
 source "$root/tests/e2e/lib.sh"

@@ -319,6 +319,7 @@ void Client::Impl::FlushSends(absl::Time now) {
   const size_t posted = PostChain(send_batch_epoch_, send_batch_.size(), "SEND",
                                   [&](rdma::Qp& qp) { return qp.PostSends(send_batch_); });
   stats_.rpcs_sent += posted;
+  Session* ses = SessionByEpoch(send_batch_epoch_);
   for (size_t i = 0; i < send_batch_.size(); ++i) {
     const uint32_t idx = send_batch_slot_[i];
     Slot& s = slots_[idx];
@@ -330,7 +331,6 @@ void Client::Impl::FlushSends(absl::Time now) {
     // a retired session's teardown has requeued it already.
     if (s.state != Slot::State::kRpc || s.epoch != send_batch_epoch_) continue;
     if (s.sends_outstanding > 0) --s.sends_outstanding;
-    Session* ses = SessionByEpoch(send_batch_epoch_);
     if (ses != nullptr && ses->rpcs_outstanding > 0) --ses->rpcs_outstanding;
     s.awaiting_response = false;
     Requeue(idx, now);

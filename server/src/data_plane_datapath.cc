@@ -1,5 +1,5 @@
 // The data plane's hot path: one completion at a time; a GET or PING is
-// answered at once, a PUT or DELETE is staged and the poll round's writes
+// handled at once, a PUT or DELETE is staged and the poll round's writes
 // are applied as one group commit (one synced RocksDB write), then answered
 // in the order received. Answers go on the wire at the end of the round, one
 // chain per session. No locks, no allocation on the success path once
