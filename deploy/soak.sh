@@ -277,7 +277,9 @@ state_line() { echo "clients $(kv_stat clients) QP $S_QP/$S_TQP MR $S_MR/$S_TMR 
 # Last progress line of a kvload log -> "failed verify_err stale".
 load_errors() {
   local l
-  l=$(grep -a '^\[' "$1" | tail -n 1)
+  # No progress line yet (kvload prints its first after 1 s): grep's exit 1
+  # must not end the function under pipefail, which ended the whole script.
+  l=$(grep -a '^\[' "$1" | tail -n 1 || true)
   [[ -n $l ]] || { echo "0 0 0"; return; }
   sed -E 's/.*failed ([0-9]+) +verify_err ([0-9]+) +stale ([0-9]+).*/\1 \2 \3/' <<<"$l"
 }
