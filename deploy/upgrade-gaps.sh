@@ -44,7 +44,7 @@ if [[ ${GAPS_SCHED:-0} == 1 ]] && command -v perf >/dev/null; then
   mono_to_wall=$(python3 -c 'import time; print(time.time() - time.monotonic())')
   perf sched record -a -g -k mono -o "$sched" >"$KV_DIR/sched.log" 2>&1 &
   sp=$!
-  kv_nap 1
+  kv_nap 8 # perf sched record takes seconds to start under TCG
 else
   kv_nap 4
 fi

@@ -316,7 +316,6 @@ absl::Status OldSide::SpawnNewProcess(Attempt& a) {
   // N binds this address itself if O dies before HandOver (a --listen with
   // port 0 would otherwise pick another port).
   req.argv.push_back(absl::StrCat("--listen=", server_->listen_address()));
-  req.exec_deadline = options_.exec_deadline;
   if (absl::Status s = a.Step("o_spawn", absl::Now() + options_.exec_deadline); !s.ok()) return s;
   absl::StatusOr<Process> child = SpawnWithHandoff(req, std::move(pair->child_end));
   if (!child.ok()) return child.status();

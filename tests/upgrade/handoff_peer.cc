@@ -1,5 +1,5 @@
 // A miniature new process N for the upgrade tests, started by the tests
-// through SpawnWithHandoff (fork+exec). It plays N's side of the handoff
+// through SpawnWithHandoff (posix_spawn). It plays N's side of the handoff
 // conversation over the inherited channel and honours --upgrade_fault for the
 // n_* phases:
 //

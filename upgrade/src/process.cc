@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <spawn.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -26,9 +27,6 @@ extern char** environ;
 #ifndef P_PIDFD
 #define P_PIDFD 3
 #endif
-#ifndef CLOSE_RANGE_CLOEXEC
-#define CLOSE_RANGE_CLOEXEC (1U << 2)
-#endif
 
 namespace kvnode::upgrade {
 namespace {
@@ -36,6 +34,43 @@ namespace {
 using proto::wire::Av;
 
 using base::ErrnoStatus;
+
+// Where N finds the handoff channel (the first descriptor after stdio).
+constexpr int kChildChannelFd = 3;
+
+// The child's set-up for posix_spawn: the channel on kChildChannelFd (dup2
+// clears CLOEXEC, onto itself too since glibc 2.29), every descriptor above
+// it closed, and an empty signal mask (a server that blocks signals for a
+// signal thread must not hand that mask to N).
+struct SpawnAttributes {
+  posix_spawn_file_actions_t actions;
+  posix_spawnattr_t attr;
+  bool actions_ok = false;
+  bool attr_ok = false;
+
+  SpawnAttributes() = default;
+  SpawnAttributes(const SpawnAttributes&) = delete;
+  SpawnAttributes& operator=(const SpawnAttributes&) = delete;
+  ~SpawnAttributes() {
+    if (attr_ok) posix_spawnattr_destroy(&attr);
+    if (actions_ok) posix_spawn_file_actions_destroy(&actions);
+  }
+
+  // 0 or an errno.
+  int Prepare(int channel_fd) {
+    if (int e = posix_spawn_file_actions_init(&actions); e != 0) return e;
+    actions_ok = true;
+    if (int e = posix_spawnattr_init(&attr); e != 0) return e;
+    attr_ok = true;
+    sigset_t none;
+    sigemptyset(&none);
+    int e = posix_spawn_file_actions_adddup2(&actions, channel_fd, kChildChannelFd);
+    if (e == 0) e = posix_spawn_file_actions_addclosefrom_np(&actions, kChildChannelFd + 1);
+    if (e == 0) e = posix_spawnattr_setsigmask(&attr, &none);
+    if (e == 0) e = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK);
+    return e;
+  }
+};
 
 int PidfdOpen(pid_t pid) { return static_cast<int>(syscall(SYS_pidfd_open, pid, 0)); }
 
@@ -238,42 +273,25 @@ absl::StatusOr<Process> SpawnWithHandoff(const SpawnRequest& req, base::UniqueFd
   if (req.argv.empty()) return absl::InvalidArgumentError("upgrade: spawn with an empty argv");
   if (!child_end.valid()) return absl::InvalidArgumentError("upgrade: spawn without a channel fd");
 
-  // Everything the child touches is prepared before fork: after it, the
-  // child of a multi-threaded process may only make async-signal-safe calls.
   const std::vector<std::string> args =
-      BuildChildArgv(req.argv, HandoffArg{child_end.get(), getpid()});
+      BuildChildArgv(req.argv, HandoffArg{kChildChannelFd, getpid()});
   std::vector<char*> argvp;
   argvp.reserve(args.size() + 1);
   for (const std::string& a : args) argvp.push_back(const_cast<char*>(a.c_str()));
   argvp.push_back(nullptr);
-  const int keep = child_end.get();
 
-  int errpipe[2];
-  if (pipe2(errpipe, O_CLOEXEC) != 0) return ErrnoStatus(errno, "upgrade: pipe2");
-  base::UniqueFd err_read(errpipe[0]), err_write(errpipe[1]);
-
-  const pid_t pid = fork();
-  if (pid < 0) return ErrnoStatus(errno, "upgrade: fork");
-  if (pid == 0) {
-    // Child. Async-signal-safe calls only.
-    (void)syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC);  // best effort (Linux >= 5.11)
-    int e = 0;
-    if (fcntl(keep, F_SETFD, 0) != 0) {
-      e = errno;
-    } else {
-      sigset_t none;
-      sigemptyset(&none);
-      sigprocmask(SIG_SETMASK, &none, nullptr);
-      execve(req.binary.c_str(), argvp.data(), environ);
-      e = errno;
-    }
-    ssize_t unused = write(err_write.get(), &e, sizeof(e));
-    (void)unused;
-    _exit(127);
+  SpawnAttributes sa;
+  if (int e = sa.Prepare(child_end.get()); e != 0) {
+    return ErrnoStatus(e, "upgrade: posix_spawn set-up");
   }
-
-  // Parent.
-  err_write.Reset();
+  pid_t pid = 0;
+  // Blocks this thread until the exec is done (vfork semantics: the child
+  // borrows our address space until then, no page table is copied, so the
+  // other threads go on serving); the upgrade's watchdog bounds it.
+  if (int e = posix_spawn(&pid, req.binary.c_str(), &sa.actions, &sa.attr, argvp.data(), environ);
+      e != 0) {
+    return ErrnoStatus(e, absl::StrCat("upgrade: exec ", req.binary));
+  }
   child_end.Reset();  // only N holds it now: N's death reads as EOF on ours
   // Cannot race with pid reuse: the child is ours and unreaped.
   absl::StatusOr<Process> opened = Process::Open(pid, /*is_child=*/true);
@@ -282,28 +300,7 @@ absl::StatusOr<Process> SpawnWithHandoff(const SpawnRequest& req, base::UniqueFd
     waitpid(pid, nullptr, 0);
     return opened.status();
   }
-  Process child = std::move(*opened);
-
-  const absl::Time deadline = absl::Now() + req.exec_deadline;
-  absl::StatusOr<bool> ready = WaitReadable(err_read.get(), deadline);
-  if (!ready.ok() || !*ready) {
-    (void)child.KillAndReap(absl::Now() + absl::Seconds(5));
-    return ready.ok() ? absl::DeadlineExceededError(
-                            absl::StrCat("upgrade: exec of ", req.binary, " did not finish within ",
-                                         absl::FormatDuration(req.exec_deadline)))
-                      : ready.status();
-  }
-  int e = 0;
-  ssize_t n;
-  do {
-    n = read(err_read.get(), &e, sizeof(e));
-  } while (n < 0 && errno == EINTR);
-  if (n == 0) return child;  // CLOEXEC closed the pipe: exec succeeded
-  (void)child.Reap(absl::Now() + absl::Seconds(5));
-  if (n != static_cast<ssize_t>(sizeof(e))) {
-    return absl::InternalError("upgrade: spawn failed (bad error report from the child)");
-  }
-  return ErrnoStatus(e, absl::StrCat("upgrade: exec ", req.binary));
+  return std::move(*opened);
 }
 
 }  // namespace kvnode::upgrade

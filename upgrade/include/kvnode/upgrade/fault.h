@@ -34,7 +34,7 @@
 namespace kvnode::upgrade {
 
 enum class Phase : uint8_t {
-  kOSpawn,        // O: handoff header written, before fork+exec of N
+  kOSpawn,        // O: handoff header written, before the spawn of N
   kNAttach,       // N: header validated, Hello sent, before attaching the arena
   kNRegister,     // N: arena attached, before opening the device / registering
   kNReady,        // N: registered, before sending Ready

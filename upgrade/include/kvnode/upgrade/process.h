@@ -4,7 +4,7 @@
 //    default (not /proc/self/exe, which names the old, possibly deleted file).
 //  * BuildChildArgv: the same argv, minus any handoff argument inherited from
 //    an earlier upgrade, plus --upgrade_handoff=FD:PID.
-//  * SpawnWithHandoff: fork+exec with exactly one extra descriptor inherited.
+//  * SpawnWithHandoff: posix_spawn with exactly one extra descriptor inherited.
 //  * Process: a pidfd (pidfd_open) for any pid; poll it to learn of a death
 //    without races against pid reuse, reap children with waitid(P_PIDFD).
 //
@@ -118,18 +118,19 @@ struct SpawnRequest {
   // The argv to pass, argv[0] included (usually the node's own argv). The
   // handoff argument is added by SpawnWithHandoff. Required (non-empty).
   std::vector<std::string> argv;
-  // How long exec may take before the spawn is called failed. Default 10 s.
-  absl::Duration exec_deadline = absl::Seconds(10);
 };
 
-// Forks and execs req.binary with BuildChildArgv(req.argv, {child_end, getpid()})
-// and the current environment. In the child, only async-signal-safe calls:
-// every descriptor >= 3 is marked CLOEXEC (close_range), then CLOEXEC is
-// cleared on child_end alone; the signal mask is emptied (a server that
+// Starts req.binary with BuildChildArgv(req.argv, {3, getpid()}) and the
+// current environment, by posix_spawn: the child shares the caller's address
+// space until its exec (no page table copied, no copy-on-write faults after,
+// so a serving process's other threads do not stall), and the calling thread
+// waits for the exec alone, with no deadline of its own (the caller bounds
+// it: the upgrade's watchdog). In N, child_end is descriptor 3, every
+// descriptor above it is closed, and the signal mask is empty (a server that
 // blocks signals for a signal thread must not hand that mask to N). An exec
-// failure is reported through a CLOEXEC pipe as the errno of execve
-// (e.g. NotFound "exec /x: No such file or directory"). The parent's copy of
-// child_end is closed before returning, so that N's death reads as EOF.
+// failure is the errno of execve (e.g. NotFound "exec /x: No such file or
+// directory"). The caller's child_end is closed before returning, so that
+// N's death reads as EOF.
 [[nodiscard]] absl::StatusOr<Process> SpawnWithHandoff(const SpawnRequest& req,
                                                        base::UniqueFd child_end);
 
