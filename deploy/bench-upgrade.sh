@@ -118,43 +118,53 @@ PY
     wait "$1" || rc=$?
     ((rc == 0)) || echo "old process $1 exited $rc"
   }
-  # One live upgrade; sets last_ms = signal -> old process exit.
+  # One live upgrade; sets last_ms = signal -> old process exit. Between the
+  # signal and the old process's exit it polls only kv_gone (builtins): a
+  # kvctl exec every 50 ms took a vCPU of the guest the load runs on.
   live_event() {
     local old=$node_pid gen t0
     # A signal during the previous upgrade's tail would be refused.
-    kv_await 120 idle || die "the previous upgrade is still in progress after 120 s"
+    KV_AWAIT_INTERVAL=0.5 kv_await 120 idle || die "the previous upgrade is still in progress after 120 s"
     gen=$(ping_field generation)
     t0=$(date +%s%N)
     kill -USR2 "$old"
-    kv_await 120 at_generation $((gen + 1)) || die "no generation $((gen + 1)) within 120 s"
     kv_await 120 kv_gone "$old" || die "old process $old still alive 120 s after the signal"
     last_ms=$((($(date +%s%N) - t0) / 1000000))
+    at_generation $((gen + 1)) || die "old process $old exited, but the node is not at generation $((gen + 1))"
     reap "$old"
     node_pid=$(ping_field pid)
-    phases_row "$last_ms"
+    save_phases "$last_ms"
   }
-  # phases_row SIGNAL_TO_O_EXIT_MS: upgrade_last_phase_seconds of the last
-  # upgrade, one line per event. O's phases reach N with Gone, which N reads
-  # after O's exit: wait (deadline) for O's "total" to arrive.
-  phases_row() {
-    local m end=$(($(date +%s) + 20))
+  # save_phases SIGNAL_TO_O_EXIT_MS: keeps upgrade_last_phase_seconds of the
+  # last upgrade for phases_rows. O's phases reach N with Gone, which N reads
+  # after O's exit and its RocksDB open: wait (deadline) for O's "total".
+  save_phases() {
+    local m end=$(($(date +%s) + 30))
     until m=$("$kvctl" --admin_socket "$admin" metrics 2>/dev/null) &&
-      grep -q 'upgrade_last_phase_seconds{phase="total"}' <<<"$m"; do
+      [[ $m == *'upgrade_last_phase_seconds{phase="total"}'* ]]; do
       (($(date +%s) < end)) || break
-      sleep 0.05 # polling a condition under a deadline
+      sleep 0.5 # polling a condition under a deadline, seldom: the load runs on
     done
-    { grep '^kvnode_upgrade_last_phase_seconds' <<<"$m" || true; } |
-      sed -E 's/kvnode_upgrade_last_phase_seconds\{phase="([^"]*)"\} /\1=/' |
-      python3 -c '
-import sys
-p = {k: float(v) for k, v in (l.strip().split("=") for l in sys.stdin if "=" in l)}
-ms = lambda k: "%.0f" % (p[k] * 1000) if k in p else "-"
-ws, sn = sys.argv[3:5]
-print("    phases %s: writer_switch %s ms  signal->N_writes %s ms  signal->O_exit %s ms  %s" % (
-    sys.argv[1], ms(ws), ms(sn), sys.argv[2],
-    " ".join("%s=%.0f" % (k, v * 1000) for k, v in sorted(p.items()))))' \
-        "$name" "$1" writer_switch signal_to_n_writes |
-      tee -a "$results"
+    { echo "event_ms=$1"; grep '^kvnode_upgrade_last_phase_seconds' <<<"$m" || true; } >>"$dir/$name.phases"
+  }
+  # phases_rows NAME: one line per event of the run, after the run.
+  phases_rows() {
+    [[ -s $dir/$1.phases ]] || return 0
+    python3 - "$1" "$dir/$1.phases" <<'PY' | tee -a "$results"
+import re, sys
+name, events, p = sys.argv[1], [], None
+for line in open(sys.argv[2]):
+    if line.startswith("event_ms="):
+        p = {}
+        events.append((line.split("=")[1].strip(), p))
+    elif (m := re.match(r'kvnode_upgrade_last_phase_seconds\{phase="([^"]*)"\} (\S+)', line)):
+        p[m.group(1)] = float(m.group(2))
+for event_ms, p in events:
+    ms = lambda k: "%.0f" % (p[k] * 1000) if k in p else "-"
+    print("    phases %s: writer_switch %s ms  signal->N_writes %s ms  signal->O_exit %s ms  %s" % (
+        name, ms("writer_switch"), ms("signal_to_n_writes"), event_ms,
+        " ".join("%s=%.0f" % (k, v * 1000) for k, v in sorted(p.items()))))
+PY
   }
   # One naive restart; sets last_ms = SIGTERM -> new process answering.
   naive_event() {
@@ -198,6 +208,7 @@ print("    phases %s: writer_switch %s ms  signal->N_writes %s ms  signal->O_exi
     while (($(date +%s) < t_start + run_s)); do sleep 0.2; done # at least run_s of load
     kill -TERM "$lp" 2>/dev/null || true # kvload drains what is in flight and reports
     wait "$lp" || true
+    phases_rows "$name"
   }
   for spec in $keys_list; do
     keys=${spec%%:*}
