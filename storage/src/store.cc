@@ -437,6 +437,7 @@ absl::Status Store::AdoptDbAndReplayRest(rocksdb::DB* db,
                                          uint64_t replayed_to, uint64_t early) {
   absl::MutexLock w(&write_mu_);
   absl::MutexLock d(&db_mu_);
+  const absl::Time locked_at = absl::Now();  // every write waits from here to our return
   if (db_ != nullptr || closed_) {
     CloseRocksDbHandles(options_.db_path, db, &cfs);
     return absl::FailedPreconditionError(closed_ ? "store closed" : "database already open");
@@ -466,11 +467,13 @@ absl::Status Store::AdoptDbAndReplayRest(rocksdb::DB* db,
   }
   replayed_.fetch_add(early, std::memory_order_relaxed);
   replayed_locked_.fetch_add(*late, std::memory_order_relaxed);
+  absl::Status s = BecomeWriter();
   if (early + *late > 0) {
     LOG(INFO) << "store " << options_.db_path << ": replayed " << early + *late
-              << " journaled writes into RocksDB (" << *late << " under the write lock)";
+              << " journaled writes into RocksDB (" << *late
+              << " under the write lock, which was held "
+              << absl::FormatDuration(absl::Now() - locked_at) << ")";
   }
-  absl::Status s = BecomeWriter();
   if (s.ok() && was_journaling && last_version_ != journaled_last) {
     LOG(ERROR) << "store " << options_.db_path << ": version " << last_version_
                << " in the database after the journal's replay, " << journaled_last << " journaled";
