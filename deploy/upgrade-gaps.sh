@@ -9,7 +9,7 @@
 #   deploy/rxe-vm --memory 2048 --cpus 1 -- deploy/upgrade-gaps.sh
 #   env: KVNODE_BUILD_DIR (default build), GAPS_KEYS (10000), GAPS_S (12),
 #        GAPS_NODE_FLAGS (extra kvnode flags), GAPS_WORKLOAD (A; C: GETs only),
-#        GAPS_SCHED (1: a scheduler trace, `perf sched record -g`, from 1 s
+#        GAPS_SCHED (1: a scheduler trace, `perf sched record -g`, from 8 s
 #        before the signal to kvload's end; then every kvload or kvnode
 #        thread off the CPU > 20 ms or runnable but not run > 5 ms, where it
 #        left the CPU, in wall-clock times to set against the node's log)

@@ -112,13 +112,14 @@ TEST(Spawn, ExecFailureIsReported) {
 // 16384 times; after posix_spawn, not at all.
 TEST(Spawn, LeavesTheCallersPagesWritable) {
   constexpr size_t kPages = 16384;
-  const size_t bytes = kPages * static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t bytes = kPages * page;
   void* m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   ASSERT_NE(m, MAP_FAILED);
-  (void)madvise(m, bytes, MADV_NOHUGEPAGE);  // one fault per 4 KiB page, not per 2 MiB
+  (void)madvise(m, bytes, MADV_NOHUGEPAGE);  // one fault per page, not per huge page
   auto* p = static_cast<volatile char*>(m);
   auto write_all = [&] {
-    for (size_t i = 0; i < bytes; i += 4096) p[i] = static_cast<char>(i);
+    for (size_t i = 0; i < bytes; i += page) p[i] = static_cast<char>(i);
   };
   auto faults = [] {
     rusage ru{};

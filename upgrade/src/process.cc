@@ -1,6 +1,5 @@
 #include "kvnode/upgrade/process.h"
 
-#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
