@@ -188,8 +188,8 @@ class Worker {
       }
       p.op = load::ChooseOp(shared_->wopt, rng_);
       p.key = shared_->chooser->Next(rng_);
-      // Every write this client may have in flight is taken (held, or
-      // waiting for the node): a GET instead, so reads never wait for writes.
+      // Every write this client may have in flight is held (writes paused
+      // by a live upgrade): a GET instead, so reads never wait for writes.
       if (p.op != load::OpType::kRead && c->available(OpKind::kPut) == 0) {
         p.op = load::OpType::kRead;
       }

@@ -20,12 +20,7 @@ inline bool IsWrite(OpKind kind) { return kind == OpKind::kPut || kind == OpKind
 // sent on: it waits outside max_outstanding). Invariants:
 //   (1) active() <= max_outstanding; writes() <= max_writes;
 //   (2) held() <= writes(), so max_outstanding + max_writes slots always
-//       suffice and a held write never takes capacity a GET could use;
-//   (3) active writes <= max_outstanding - 1 (when max_outstanding > 1): the
-//       last slot is a GET's. A write the server has not answered yet may be
-//       waiting for it (for the new writer's RocksDB during a live upgrade),
-//       and the client cannot tell it from a slow one; GETs are one-sided
-//       READs and go on meanwhile.
+//       suffice and a held write never takes capacity a GET could use.
 class OpBudget {
  public:
   // max_writes 0: max_outstanding.
@@ -35,14 +30,11 @@ class OpBudget {
   uint32_t slots() const { return max_ + max_writes_; }
   uint32_t available() const { return max_ - active_; }
   uint32_t available(OpKind kind) const {
-    if (!IsWrite(kind)) return available();
-    const uint32_t active_writes = writes_ - held_;
-    return std::min({available(), max_active_writes() - active_writes, max_writes_ - writes_});
+    return IsWrite(kind) ? std::min(available(), max_writes_ - writes_) : available();
   }
   uint32_t active() const { return active_; }
   uint32_t held() const { return held_; }
   uint32_t writes() const { return writes_; }
-  uint32_t max_active_writes() const { return max_ > 1 ? max_ - 1 : max_; }
 
   // An operation starts; the caller checked available(kind) > 0.
   void Start(OpKind kind) {

@@ -17,10 +17,7 @@
 // max_outstanding budget and waits in a budget of its own
 // (max_outstanding_writes, bounding every write in flight), re-sent with its
 // sequence until it is applied, so GETs keep being issued and answered
-// while writes wait. Writes the server has not answered yet never take the
-// last slot of max_outstanding (when it is > 1): a write may be waiting for
-// the node (a live upgrade's new writer opening RocksDB), and GETs, one-sided
-// READs, go on meanwhile.
+// while writes wait.
 //
 // Resilience (the contract with the server, see docs/protocol.md):
 //   - Move (live upgrade): the client opens a new session at the given
@@ -235,9 +232,8 @@ class Client {
   uint32_t available() const;
   // Operations of `kind` that may still be submitted: available() for GET
   // and PING; for PUT and DELETE also bounded by max_outstanding_writes -
-  // writes in flight (held or not), and by max_outstanding - 1 - writes in
-  // flight and not held (the last slot is a GET's). Pick the next operation
-  // with it to keep reads going while writes wait.
+  // writes in flight (held or not). Pick the next operation with it to keep
+  // reads going while writes are held.
   uint32_t available(OpKind kind) const;
   // Every operation in flight (held writes included; finished ones until
   // Poll returned them).
