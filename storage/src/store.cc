@@ -427,7 +427,9 @@ absl::Status Store::OpenDb() {
     if (*n <= kShortJournalPass || *n > previous / 2) break;
     previous = *n;
   }
+  switching_.store(true);
   absl::Status s = AdoptDbAndReplayRest(db, std::move(cfs), replayed_to, early);
+  switching_.store(false);
   if (s.ok()) RemoveRetiredJournal();
   return s;
 }

@@ -229,7 +229,21 @@ absl::Status CheckOp(const WriteOp& op) {
 }  // namespace
 
 void Store::Write(std::span<const WriteOp> ops, std::span<WriteResult> results) {
-  absl::MutexLock w(&write_mu_);
+  if (!write_mu_.TryLock()) {
+    if (switching_.load()) {
+      for (WriteResult& r : results) {
+        r = WriteResult{absl::UnavailableError(
+            "the writer is moving its journal into RocksDB; retry in a few milliseconds")};
+      }
+      return;
+    }
+    write_mu_.Lock();
+  }
+  WriteLocked(ops, results);
+  write_mu_.Unlock();
+}
+
+void Store::WriteLocked(std::span<const WriteOp> ops, std::span<WriteResult> results) {
   absl::ReaderMutexLock d(&db_mu_);
   Group g;
   g.ops = ops;

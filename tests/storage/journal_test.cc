@@ -289,6 +289,9 @@ TEST(WriterSwitchTest, WritesGoOnWhileRocksDbOpens) {
     // refusal (BUSY) is a test of its own.
     for (int i = 0; (!stop.load() || i < 50) && i < 100000; ++i) {
       auto v = n->Put(Key(i % 100), Value(i, "during"));
+      // Refused while the replay's rest holds the write lock: re-sent, as
+      // the client re-sends a write answered BUSY.
+      while (absl::IsUnavailable(v.status())) v = n->Put(Key(i % 100), Value(i, "during"));
       ASSERT_TRUE(v.ok()) << v.status();
       versions.push_back(*v);
       if (versions.size() == 20) journaled.Notify();
@@ -367,6 +370,55 @@ TEST(WriterSwitchTest, ReplayOutpacedByWritesStillEnds) {
   // 200 records per pass, forever: the second pass is not half as long as
   // the first, so the rest is replayed under the lock.
   ReplayWithWritesBetweenPasses({200}, 200);
+}
+
+// A write that arrives while OpenDb replays the journal's rest under the
+// write lock is refused at once (Unavailable: the server answers BUSY), not
+// made to wait: the server thread that sent it serves every client's other
+// requests too. The hook runs at "journal.before_replay", with the lock held.
+struct WriteDuringSwitch {
+  Store* store = nullptr;
+  std::thread writer;
+  absl::Notification done;
+  absl::StatusOr<uint64_t> result = absl::UnknownError("not run");
+  bool answered_in_time = false;
+};
+WriteDuringSwitch* during_switch = nullptr;
+
+TEST(WriterSwitchTest, WritesUnderTheReplayLockAreRefusedNotQueued) {
+  TempStore t;
+  const uint64_t last = OldSideWritesAndLetsGo(t.options);
+  std::unique_ptr<Store> n = JournalWriter(t.options, last);
+  ASSERT_NE(n, nullptr);
+  Store* store = n.get();
+  ASSERT_TRUE(store->Put(Key(1), "journaled").ok());
+  WriteDuringSwitch w;
+  w.store = store;
+  during_switch = &w;
+  SetCrashPointHookForTesting([](const char* point) {
+    if (std::string_view(point) != "journal.before_replay") return;
+    WriteDuringSwitch& d = *during_switch;
+    d.writer = std::thread([&d] {
+      d.result = d.store->Put(Key(2), "during the switch");
+      d.done.Notify();
+    });
+    d.answered_in_time = d.done.WaitForNotificationWithTimeout(absl::Seconds(10));
+  });
+  const absl::Status opened = store->OpenDb();
+  SetCrashPointHookForTesting(nullptr);
+  during_switch = nullptr;
+  ASSERT_TRUE(w.writer.joinable()) << "OpenDb never reached journal.before_replay";
+  w.writer.join();
+  ASSERT_TRUE(opened.ok()) << opened;
+  EXPECT_TRUE(w.answered_in_time) << "the write waited for the replay's lock";
+  EXPECT_TRUE(absl::IsUnavailable(w.result.status())) << w.result.status();
+  // Refused means not applied; the client's retry is.
+  auto v = store->Get(Key(2));
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_NE(v->value, "during the switch");
+  ASSERT_TRUE(store->Put(Key(2), "retried").ok());
+  EXPECT_EQ(store->Get(Key(2))->value, "retried");
+  ASSERT_TRUE(store->Close().ok());
 }
 
 // A handoff that fails before the new side took a write: the old side takes

@@ -260,7 +260,13 @@ class Store {
   // leaves the group going; a failed durable write fails its group and every
   // later op with the same status. Side record values are computed in op
   // order, under the write lock.
-  void Write(std::span<const WriteOp> ops, std::span<WriteResult> results);
+  // While OpenDb moves the journal's last records into RocksDB (the end of a
+  // writer switch, under the write lock: tens of milliseconds) every op is
+  // refused with Unavailable, not queued: the server answers BUSY, its
+  // thread goes on serving, and the client re-sends the write later outside
+  // the slots its GETs use.
+  void Write(std::span<const WriteOp> ops, std::span<WriteResult> results)
+      ABSL_LOCKS_EXCLUDED(write_mu_);
 
   // Side records whose key starts with `prefix`, in key order, as (key,
   // value). FailedPrecondition when the DB is not open here.
@@ -306,6 +312,8 @@ class Store {
   absl::Status AdoptDbAndReplayRest(rocksdb::DB* db, std::vector<rocksdb::ColumnFamilyHandle*> cfs,
                                     uint64_t replayed_to, uint64_t early)
       ABSL_LOCKS_EXCLUDED(write_mu_, db_mu_);
+  void WriteLocked(std::span<const WriteOp> ops, std::span<WriteResult> results)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
   // Makes one write's mutations durable: RocksDB, or the journal during the
   // writer switch.
   absl::Status Commit(WriteSet& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_)
@@ -373,6 +381,10 @@ class Store {
   uint64_t claimed_generation_ ABSL_GUARDED_BY(write_mu_) = 0;
   bool generation_written_ ABSL_GUARDED_BY(write_mu_) = false;
   bool closed_ ABSL_GUARDED_BY(write_mu_) = false;
+  // Set while OpenDb holds (or waits for) the write lock to replay the
+  // journal's rest: Write refuses instead of waiting (set before the lock is
+  // taken, so a writer that finds it taken then sees it set).
+  std::atomic<bool> switching_{false};
   OpenedAs opened_as_ = OpenedAs::kCreated;
   uint64_t rebuilt_keys_ = 0;
   mutable std::atomic<uint64_t> puts_{0}, deletes_{0}, commits_{0}, gets_arena_{0}, gets_db_{0},
