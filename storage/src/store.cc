@@ -685,6 +685,11 @@ absl::Status Store::DeleteSideRecord(std::string_view key) {
       "delete side record");
 }
 
+absl::Status Store::SwitchingRefusal() {
+  return absl::UnavailableError(
+      "the writer is moving its journal into RocksDB; retry in a few milliseconds");
+}
+
 absl::StatusOr<Store::GetResult> Store::Get(std::string_view key) {
   if (absl::Status s = CheckKey(key); !s.ok()) return s;
   const Geometry& g = arena_->geometry();
@@ -725,18 +730,19 @@ absl::StatusOr<Store::GetResult> Store::Get(std::string_view key) {
       }
     }
   }
-  {
-    absl::ReaderMutexLock d(&db_mu_);
-    if (db_ == nullptr) {
-      return absl::UnavailableError(
-          "key not resident in the arena and the database is not open here");
-    }
-    absl::StatusOr<bool> has = ReadFromDb(key, &out);
-    if (!has.ok()) return has.status();
-    if (!*has) {
-      gets_missing_.fetch_add(1, std::memory_order_relaxed);
-      return absl::NotFoundError("key not found");
-    }
+  if (!db_mu_.ReaderTryLock()) {
+    if (switching_.load()) return SwitchingRefusal();
+    db_mu_.ReaderLock();
+  }
+  absl::StatusOr<bool> has =
+      db_ != nullptr ? ReadFromDb(key, &out)
+                     : absl::UnavailableError(
+                           "key not resident in the arena and the database is not open here");
+  db_mu_.ReaderUnlock();
+  if (!has.ok()) return has.status();
+  if (!*has) {
+    gets_missing_.fetch_add(1, std::memory_order_relaxed);
+    return absl::NotFoundError("key not found");
   }
   gets_db_.fetch_add(1, std::memory_order_relaxed);
   if (options_.promote_on_get) Promote(key);

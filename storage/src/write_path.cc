@@ -231,10 +231,7 @@ absl::Status CheckOp(const WriteOp& op) {
 void Store::Write(std::span<const WriteOp> ops, std::span<WriteResult> results) {
   if (!write_mu_.TryLock()) {
     if (switching_.load()) {
-      for (WriteResult& r : results) {
-        r = WriteResult{absl::UnavailableError(
-            "the writer is moving its journal into RocksDB; retry in a few milliseconds")};
-      }
+      for (WriteResult& r : results) r = WriteResult{SwitchingRefusal()};
       return;
     }
     write_mu_.Lock();

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <map>
 #include <string>
@@ -372,18 +373,37 @@ TEST(WriterSwitchTest, ReplayOutpacedByWritesStillEnds) {
   ReplayWithWritesBetweenPasses({200}, 200);
 }
 
-// A write that arrives while OpenDb replays the journal's rest under the
-// write lock is refused at once (Unavailable: the server answers BUSY), not
-// made to wait: the server thread that sent it serves every client's other
-// requests too. The hook runs at "journal.before_replay", with the lock held.
-struct WriteDuringSwitch {
-  Store* store = nullptr;
-  std::thread writer;
+// An op that arrives while OpenDb replays the journal's rest under its locks
+// is refused at once (Unavailable: the server answers BUSY), not made to
+// wait: the server thread that sent it serves every client's other requests
+// too. RunDuringSwitch runs `op` on another thread from the crash-point hook
+// at "journal.before_replay", where both locks are held, and gives it 10 s.
+struct OpDuringSwitch {
+  std::function<absl::Status()> op;
+  std::thread thread;
   absl::Notification done;
-  absl::StatusOr<uint64_t> result = absl::UnknownError("not run");
+  absl::Status result = absl::UnknownError("not run");
   bool answered_in_time = false;
 };
-WriteDuringSwitch* during_switch = nullptr;
+OpDuringSwitch* during_switch = nullptr;
+
+absl::Status RunDuringSwitch(Store* store, OpDuringSwitch* d) {
+  during_switch = d;
+  SetCrashPointHookForTesting([](const char* point) {
+    if (std::string_view(point) != "journal.before_replay") return;
+    OpDuringSwitch& w = *during_switch;
+    w.thread = std::thread([&w] {
+      w.result = w.op();
+      w.done.Notify();
+    });
+    w.answered_in_time = w.done.WaitForNotificationWithTimeout(absl::Seconds(10));
+  });
+  const absl::Status opened = store->OpenDb();
+  SetCrashPointHookForTesting(nullptr);
+  during_switch = nullptr;
+  if (d->thread.joinable()) d->thread.join();
+  return opened;
+}
 
 TEST(WriterSwitchTest, WritesUnderTheReplayLockAreRefusedNotQueued) {
   TempStore t;
@@ -392,32 +412,56 @@ TEST(WriterSwitchTest, WritesUnderTheReplayLockAreRefusedNotQueued) {
   ASSERT_NE(n, nullptr);
   Store* store = n.get();
   ASSERT_TRUE(store->Put(Key(1), "journaled").ok());
-  WriteDuringSwitch w;
-  w.store = store;
-  during_switch = &w;
-  SetCrashPointHookForTesting([](const char* point) {
-    if (std::string_view(point) != "journal.before_replay") return;
-    WriteDuringSwitch& d = *during_switch;
-    d.writer = std::thread([&d] {
-      d.result = d.store->Put(Key(2), "during the switch");
-      d.done.Notify();
-    });
-    d.answered_in_time = d.done.WaitForNotificationWithTimeout(absl::Seconds(10));
-  });
-  const absl::Status opened = store->OpenDb();
-  SetCrashPointHookForTesting(nullptr);
-  during_switch = nullptr;
-  ASSERT_TRUE(w.writer.joinable()) << "OpenDb never reached journal.before_replay";
-  w.writer.join();
+  OpDuringSwitch w;
+  w.op = [store] { return store->Put(Key(2), "during the switch").status(); };
+  const absl::Status opened = RunDuringSwitch(store, &w);
   ASSERT_TRUE(opened.ok()) << opened;
+  ASSERT_FALSE(absl::IsUnknown(w.result)) << "OpenDb never reached journal.before_replay";
   EXPECT_TRUE(w.answered_in_time) << "the write waited for the replay's lock";
-  EXPECT_TRUE(absl::IsUnavailable(w.result.status())) << w.result.status();
+  EXPECT_TRUE(absl::IsUnavailable(w.result)) << w.result;
   // Refused means not applied; the client's retry is.
   auto v = store->Get(Key(2));
   ASSERT_TRUE(v.ok()) << v.status();
   EXPECT_NE(v->value, "during the switch");
   ASSERT_TRUE(store->Put(Key(2), "retried").ok());
   EXPECT_EQ(store->Get(Key(2))->value, "retried");
+  ASSERT_TRUE(store->Close().ok());
+}
+
+// Likewise a GET of a key the arena does not hold, which must read RocksDB.
+std::string Big(int i) { return std::string(1000, 'v') + std::to_string(i); }
+
+TEST(WriterSwitchTest, ReadsOfNonResidentKeysUnderTheReplayLockAreRefused) {
+  TempStore t;
+  t.options.arena_size = 2 << 20;  // too small for every key: some stay in RocksDB only
+  constexpr int kKeys = 4000;
+  uint64_t last = 0;
+  {
+    auto o = Store::Open(t.options);
+    ASSERT_TRUE(o.ok()) << o.status();
+    for (int i = 0; i < kKeys; ++i) ASSERT_TRUE((*o)->Put(Key(i), Big(i)).ok());
+    ASSERT_TRUE((*o)->CloseDbForHandoff().ok());
+    last = (*o)->last_version();
+  }
+  std::unique_ptr<Store> n = JournalWriter(t.options, last);
+  ASSERT_NE(n, nullptr);
+  Store* store = n.get();
+  // Without RocksDB open here, a key the arena does not hold is Unavailable.
+  int cold = -1;
+  for (int i = 0; i < kKeys && cold < 0; ++i) {
+    if (absl::IsUnavailable(store->Get(Key(i)).status())) cold = i;
+  }
+  ASSERT_GE(cold, 0) << "every key is resident: make the arena smaller";
+  OpDuringSwitch r;
+  r.op = [store, cold] { return store->Get(Key(cold)).status(); };
+  const absl::Status opened = RunDuringSwitch(store, &r);
+  ASSERT_TRUE(opened.ok()) << opened;
+  ASSERT_FALSE(absl::IsUnknown(r.result)) << "OpenDb never reached journal.before_replay";
+  EXPECT_TRUE(r.answered_in_time) << "the GET waited for the replay's lock";
+  EXPECT_TRUE(absl::IsUnavailable(r.result)) << r.result;
+  auto v = store->Get(Key(cold));  // the client's retry
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->value, Big(cold));
   ASSERT_TRUE(store->Close().ok());
 }
 

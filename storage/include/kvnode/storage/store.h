@@ -282,7 +282,8 @@ class Store {
     bool from_arena = false;
   };
   // The arena if the key is resident, else RocksDB. NotFound if absent;
-  // Unavailable when the key is not resident and the DB is not open here.
+  // Unavailable when the key is not resident and the DB is not open here, or
+  // while OpenDb takes it over (retry).
   [[nodiscard]] absl::StatusOr<GetResult> Get(std::string_view key);
 
   // The mapping to register (one MR, iova 0: remote address = arena offset).
@@ -352,6 +353,7 @@ class Store {
   // must not share one).
   absl::StatusOr<bool> ExistsForWrite(std::string_view key, uint64_t* home_bucket)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_) ABSL_SHARED_LOCKS_REQUIRED(db_mu_);
+  static absl::Status SwitchingRefusal();
   absl::StatusOr<bool> ReadFromDb(std::string_view key, GetResult* out)
       ABSL_SHARED_LOCKS_REQUIRED(db_mu_);
   void Promote(std::string_view key);
@@ -381,9 +383,11 @@ class Store {
   uint64_t claimed_generation_ ABSL_GUARDED_BY(write_mu_) = 0;
   bool generation_written_ ABSL_GUARDED_BY(write_mu_) = false;
   bool closed_ ABSL_GUARDED_BY(write_mu_) = false;
-  // Set while OpenDb holds (or waits for) the write lock to replay the
-  // journal's rest: Write refuses instead of waiting (set before the lock is
-  // taken, so a writer that finds it taken then sees it set).
+  // Set while OpenDb holds (or waits for) write_mu_ and db_mu_ to replay the
+  // journal's rest, tens of milliseconds: Write, and a Get that must read
+  // RocksDB, answer SwitchingRefusal() instead of waiting, since their caller
+  // is the server's data thread, which serves every client. Set before the
+  // locks are taken, so an op that finds one taken then sees it set.
   std::atomic<bool> switching_{false};
   OpenedAs opened_as_ = OpenedAs::kCreated;
   uint64_t rebuilt_keys_ = 0;
