@@ -12,16 +12,20 @@
 # dynamic loader's work at exec, ~50 shared objects, is much of a new
 # process's start in a live upgrade.
 #
-# libibverbs (and libnl it needs) stays dynamic on purpose: it dlopen()s the
-# provider of the device (librxe, libmlx5, ...), which links libibverbs.so
-# itself; glibc stays dynamic (NSS, dlopen); libunwind too (Debian's archive
-# is not position-independent and clashes with libgcc_eh's _Unwind_Resume).
+# libibverbs is taken from its archive too, with every provider's archive
+# and libnl's (pkg-config --static): the shared libibverbs dlopen()s all the
+# providers it is configured with at the first ibv_get_device_list, on the
+# new process's way to Ready. The static one registers the providers the
+# executable references (node/src/static_verbs_providers.cc, which CMake adds
+# when libibverbs.a exists). glibc stays dynamic (NSS, dlopen); libunwind
+# too (Debian's archive is not position-independent and clashes with
+# libgcc_eh's _Unwind_Resume).
 #
 # The archives are also repeated in one --start-group at the end: the order
 # CMake emits suits shared objects, and glog's archive needs gflags and
 # libunwind, which libglog.so brought itself.
 set -euo pipefail
-allow='^(absl_.*|glog|gflags|gflags_nothreads|snappy|z|bz2|lz4|zstd|xxhash|rocksdb)$'
+allow='^(absl_.*|glog|gflags|gflags_nothreads|snappy|z|bz2|lz4|zstd|xxhash|rocksdb|ibverbs)$'
 args=()
 group=()
 add_group() {
@@ -60,10 +64,26 @@ for g in "${group[@]}"; do
     [[ $a == /* && -f $a ]] && add_group "$a"
     extra+=(-lunwind)
     ;;
+  */libibverbs.a)
+    libs=$(pkg-config --static --libs-only-l libibverbs) || {
+      echo "static-link.sh: pkg-config --static libibverbs failed (libibverbs-dev, pkg-config)" >&2
+      exit 1
+    }
+    for l in $libs; do
+      name=${l#-l}
+      [[ $name == pthread ]] && continue
+      a=$("$1" -print-file-name="lib$name.a")
+      if [[ $a != /* || ! -f $a ]]; then
+        echo "static-link.sh: libibverbs.a needs lib$name.a, which is not installed" >&2
+        exit 1
+      fi
+      add_group "$a"
+    done
+    ;;
   esac
 done
 if ((${#group[@]})); then
-  args+=(-Wl,--start-group "${group[@]}" -Wl,--end-group)
+  args+=("-Wl,--start-group" "${group[@]}" "-Wl,--end-group")
 fi
 args+=("${extra[@]}")
 exec "${args[@]}"

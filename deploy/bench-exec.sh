@@ -10,9 +10,11 @@
 # (default 20) times (exec to exit: mostly the dynamic loader), and
 # BENCH_UPGRADES (default 5) live upgrades of an idle node to it: exec ->
 # Hello is the old process's "spawned ... as pid" log line (logged once the
-# exec succeeded) to its "Hello from pid" line, request -> Owned from `kvctl
-# upgrade` to the ping that answers with the next generation. Medians, with
-# min and max.
+# exec succeeded) to its "Hello from pid" line, Hello -> Ready from there to
+# the new process's "Ready sent" line (attaching the arena, opening the
+# device, registering the arena), of which device open is its "attached the
+# live arena" line to its "device ..." line, request -> Owned from `kvctl upgrade` to
+# the ping that answers with the next generation. Medians, with min and max.
 # BUILD_DIR gives the test helpers (kvnode_admin_request).
 # Each binary runs from a copy in a temp dir (tmpfs in the VM), as an
 # installed one runs from a local disk: in deploy/rxe-vm the build directory
@@ -56,9 +58,11 @@ done
 # One node, upgraded BENCH_UPGRADES times to each binary in turn (kvctl
 # upgrade --binary): the binaries are measured alternately, under the same
 # load of the host.
-declare -A hello owned
+declare -A hello ready device owned
+# shellcheck disable=SC2034 # KV_NODE_BIN, UP_FIRST_PID: read by the sourced libraries
 KV_NODE_BIN=${bins[0]}
 kv_start_node
+# shellcheck disable=SC2034
 UP_FIRST_PID=$KV_PID
 for ((u = 0; u < upgrades * ${#bins[@]}; u++)); do
   bin=${bins[$(((u + 1) % ${#bins[@]}))]}
@@ -74,13 +78,22 @@ for ((u = 0; u < upgrades * ${#bins[@]}; u++)); do
   KV_PID=$new
   s=$(grep "upgrade: spawned .* as pid $new\$" "$KV_LOG" | glog_ms)
   h=$(grep "upgrade: Hello from pid $new," "$KV_LOG" | glog_ms)
-  [[ -n $s && -n $h ]] || kv_fail "no spawned/Hello lines for pid $new in $KV_LOG"
+  # The new process's own lines: glog's third field is the thread id, its
+  # pid for the main thread.
+  n_ms() { awk -v pid="$new" -v re="$1" '$3 == pid && $0 ~ re' "$KV_LOG" | glog_ms; }
+  a=$(n_ms 'store: attached the live arena')
+  d=$(n_ms '] device .* port .* gid ')
+  r=$(n_ms 'upgrade: Ready sent')
+  [[ -n $s && -n $h && -n $a && -n $d && -n $r ]] ||
+    kv_fail "no spawned/Hello/attached/device/Ready lines for pid $new in $KV_LOG"
   hello[$bin]+=" $((h - s))"
+  ready[$bin]+=" $((r - h))"
+  device[$bin]+=" $((d - a))"
   owned[$bin]+=" $(((t1 - t0) / 1000000))"
 done
 up_stop_node
 for bin in "${bins[@]}"; do
   # shellcheck disable=SC2086
-  echo "$bin: $(ldd "$bin" | wc -l) shared objects (ldd lines); --version ms: $(stats ${ver[$bin]}); exec->Hello ms: $(stats ${hello[$bin]}) [${hello[$bin]# }]; request->Owned ms: $(stats ${owned[$bin]})"
+  echo "$bin: $(ldd "$bin" | wc -l) shared objects (ldd lines); --version ms: $(stats ${ver[$bin]}); exec->Hello ms: $(stats ${hello[$bin]}) [${hello[$bin]# }]; Hello->Ready ms: $(stats ${ready[$bin]}) [${ready[$bin]# }], of which device open ms: $(stats ${device[$bin]}) [${device[$bin]# }]; request->Owned ms: $(stats ${owned[$bin]})"
 done
 rm -rf "$copies"
