@@ -42,7 +42,14 @@ if [[ $mode == --inner ]]; then
   run_s=${BENCH_RUN_S:-40}
   at_s=${BENCH_AT_S:-5}
   events_default=${BENCH_EVENTS:-1}
-  node=$build/node/kvnode
+  # The node runs from a copy in /tmp (the guest's tmpfs), as an installed
+  # binary runs from a local disk: in deploy/rxe-vm the build directory is a
+  # 9p share without a page cache, where each page of kvnode that a new
+  # process touches (its exec, its first RocksDB open) is a round trip to
+  # the host, on the way to the writer switch.
+  bindir=$(mktemp -d /tmp/bench-upgrade-bin.XXXXXX)
+  cp "$build/node/kvnode" "$bindir/kvnode"
+  node=$bindir/kvnode
   kvload=$build/tools/kvload
   kvctl=$build/tools/kvctl
   kvfill=$build/tools/kvfill
@@ -51,7 +58,11 @@ if [[ $mode == --inner ]]; then
   node_pid=""
   child_pid=""
   last_ms=0
-  cleanup() { [[ -n $node_pid ]] && kill -KILL "$node_pid" 2>/dev/null; return 0; }
+  cleanup() {
+    [[ -n $node_pid ]] && kill -KILL "$node_pid" 2>/dev/null
+    rm -rf "$bindir"
+    return 0
+  }
   trap cleanup EXIT
   ping_field() { "$kvctl" --admin_socket "$admin" --json ping 2>/dev/null | grep -o "\"$1\":[0-9]*" | cut -d: -f2; }
   idle() { [[ $("$kvctl" --admin_socket "$admin" --json stats 2>/dev/null) == *'"upgrade_in_progress":false'* ]]; }
