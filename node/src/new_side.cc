@@ -279,13 +279,6 @@ void NewSideTail::OpenDb() {
   }
   metrics_->SetLast("n_open_db", absl::Now() - started_);
   db_open_.Notify();
-  // The next upgrade's new process replays this WAL while it journals:
-  // flush it now, in the background, off every client's path.
-  if (s.ok()) {
-    if (absl::Status f = server_->StartFlush(); !f.ok()) {
-      LOG(WARNING) << "upgrade: could not start a flush of the memtable: " << f;
-    }
-  }
 }
 
 void NewSideTail::Wait() {

@@ -549,10 +549,20 @@ absl::Status Store::ReleaseDbForHandoff() {
 absl::Status Store::CloseReleasedDb() {
   absl::MutexLock r(&released_mu_);
   if (released_db_ == nullptr) return absl::OkStatus();
-  // No flush: the memtable's writes are in the WAL (in the OS's page cache
-  // even without sync_writes), which the next open replays into its memtable
-  // (avoid_flush_during_recovery); the new process journals writes meanwhile,
-  // so the close is not on any client's path.
+  // Flushed first (the flush started with the upgrade, then what came after
+  // it), so that the new process opens RocksDB with no WAL to replay: a
+  // close aborts a flush in progress, and a replay costs far more than a
+  // flush (19 MB of WAL: 12.3 s in the TCG guest, against 0.9 s of CPU to
+  // flush its 100,000 keys), on CPUs the clients share. The new process
+  // journals writes meanwhile, so this is not on any client's path. If the
+  // flush fails the WAL still holds every write, and the open replays it.
+  rocksdb::FlushOptions fo;
+  fo.allow_write_stall = true;
+  if (rocksdb::Status s = released_db_->Flush(fo, released_cfs_); !s.ok()) {
+    LOG(WARNING) << "store " << options_.db_path
+                 << ": flush before the handoff's close failed (the next open replays the WAL): "
+                 << s.ToString();
+  }
   CloseRocksDbHandles(options_.db_path, released_db_, &released_cfs_);
   released_db_ = nullptr;
   return absl::OkStatus();
