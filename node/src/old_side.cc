@@ -306,14 +306,6 @@ absl::Status OldSide::SpawnNewProcess(Attempt& a) {
   h.arena_shm_name = options_.shm_name;
   h.build_id = options_.build_id.substr(0, kMaxBuildIdSize);
   if (absl::Status s = LocalStep(a, "o_spawn"); !s.ok()) return s;
-  // The new process replays the WAL when it opens RocksDB: everything
-  // written since the last flush (up to max_total_wal_size), 20 MB in 9.9 s
-  // of N's CPU in the TCG guest, which the clients' threads share. Flushed
-  // now, in the background while N starts, only what O takes after the
-  // memtable switch is left to replay. O's close waits for the flush.
-  if (absl::Status s = server_->StartFlush(); !s.ok()) {
-    LOG(WARNING) << "upgrade: could not start a flush of the memtable (continuing): " << s;
-  }
   if (absl::Status s = WriteHandoffHeader(a.header_name, h); !s.ok()) return s;
   if (absl::Status s = MaybeInjectFault(Phase::kOSpawn); !s.ok()) return s;
   absl::StatusOr<HandoffChannel::Pair> pair = HandoffChannel::CreatePair();
@@ -394,9 +386,8 @@ absl::Status OldSide::AwaitHelloAndReady(Attempt& a) {
 
 // Pauses writes (from here every wait is capped by the pause limit) and
 // releases RocksDB: this process writes no more, but keeps the database open
-// (its close is off the write path, after Owned). No wait for the memtable
-// flush started with the upgrade: the new process opens RocksDB, and
-// replays what is left of the WAL, while it journals writes.
+// (its close, which flushes the memtable first, is off the write path,
+// after Owned: the new process journals writes meanwhile).
 absl::Status OldSide::PauseWritesAndReleaseDb(const std::shared_ptr<Attempt>& ap) {
   Attempt& a = *ap;
   if (absl::Status s = LocalStep(a, "o_pause"); !s.ok()) return s;

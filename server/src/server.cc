@@ -186,7 +186,6 @@ void Server::ResumeWrites(std::function<void()> done) {
     s->control_tasks_->Post(done);
   });
 }
-absl::Status Server::StartFlush() { return impl_->store_->StartFlush(); }
 absl::Status Server::ReleaseDbForHandoff() { return impl_->store_->ReleaseDbForHandoff(); }
 absl::Status Server::CloseReleasedDb() { return impl_->store_->CloseReleasedDb(); }
 uint64_t Server::last_version() const { return impl_->store_->last_version(); }

@@ -526,15 +526,6 @@ uint64_t Store::last_version() {
   return last_version_;
 }
 
-absl::Status Store::StartFlush() {
-  absl::ReaderMutexLock d(&db_mu_);
-  if (db_ == nullptr) return absl::FailedPreconditionError("database not open");
-  rocksdb::FlushOptions fo;
-  fo.wait = false;
-  fo.allow_write_stall = true;  // never hold up a write for it
-  return FromRocks(db_->Flush(fo, cfs_), "start a flush of the memtable");
-}
-
 absl::Status Store::ReleaseDbForHandoff() {
   absl::MutexLock w(&write_mu_);
   absl::MutexLock d(&db_mu_);
@@ -549,13 +540,14 @@ absl::Status Store::ReleaseDbForHandoff() {
 absl::Status Store::CloseReleasedDb() {
   absl::MutexLock r(&released_mu_);
   if (released_db_ == nullptr) return absl::OkStatus();
-  // Flushed first (the flush started with the upgrade, then what came after
-  // it), so that the new process opens RocksDB with no WAL to replay: a
-  // close aborts a flush in progress, and a replay costs far more than a
-  // flush (19 MB of WAL: 12.3 s in the TCG guest, against 0.9 s of CPU to
-  // flush its 100,000 keys), on CPUs the clients share. The new process
-  // journals writes meanwhile, so this is not on any client's path. If the
-  // flush fails the WAL still holds every write, and the open replays it.
+  // The memtable is flushed first, so that the new process opens RocksDB
+  // with no WAL to replay: a replay costs far more than a flush (19 MB of
+  // WAL: 12.3 s in the TCG guest, against 0.9 s of CPU to flush its 100,000
+  // keys), on CPUs the clients share. Here, after the clients have moved,
+  // rather than from the upgrade's start: a flush running beside N's start
+  // and the clients' move lengthened both. The new process journals writes
+  // meanwhile. If the flush fails the WAL still holds every write, and the
+  // open replays it.
   rocksdb::FlushOptions fo;
   fo.allow_write_stall = true;
   if (rocksdb::Status s = released_db_->Flush(fo, released_cfs_); !s.ok()) {

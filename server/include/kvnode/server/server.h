@@ -124,10 +124,9 @@ class Server {
   // every write received before was applied and answered.
   void PauseWrites(std::function<void()> done);
   void ResumeWrites(std::function<void()> done);
-  // Any thread. Store::StartFlush / ReleaseDbForHandoff / CloseReleasedDb /
+  // Any thread. Store::ReleaseDbForHandoff / CloseReleasedDb /
   // ReopenDbAfterFailedHandoff / last_version: the arena stays mapped and
   // registered; READs and resident GETs keep working.
-  [[nodiscard]] absl::Status StartFlush();
   [[nodiscard]] absl::Status ReleaseDbForHandoff();
   [[nodiscard]] absl::Status CloseReleasedDb();
   [[nodiscard]] absl::Status ReopenDbAfterFailedHandoff();

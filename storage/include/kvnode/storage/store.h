@@ -27,7 +27,7 @@
 //                            and NOT marked clean or lost
 //   N: BecomeJournalWriter() the writer switch: N is the arena's only writer and
 //                            makes each write durable in the journal
-//   O: CloseReleasedDb()     closes RocksDB (no flush)
+//   O: CloseReleasedDb()     flushes the memtable, closes RocksDB
 //   N: OpenDb()              opens RocksDB (journal writes go on meanwhile),
 //                            replays the journal, removes it, and writes go to
 //                            RocksDB again
@@ -214,17 +214,13 @@ class Store {
   // RocksDB knows (a lossy index chain) is Unavailable until then, as is a
   // Get of a key not resident in the arena.
   [[nodiscard]] absl::Status BecomeJournalWriter(uint64_t last_version);
-  // Starts a flush of the memtable in the background (returns at once), so
-  // that RocksDB's next open has little WAL to replay. Live upgrade, new
-  // side, once it has RocksDB open.
-  [[nodiscard]] absl::Status StartFlush();
   // Live upgrade, old side: waits for in-flight writes, refuses new ones and
   // every later use of RocksDB by this process (Get of a non-resident key is
   // Unavailable), but keeps the database open (fast; a failed handoff takes
   // it back without an open). The arena stays mapped and readable.
   [[nodiscard]] absl::Status ReleaseDbForHandoff();
-  // Closes the database ReleaseDbForHandoff kept open, without a flush (the
-  // next open replays the WAL). OK if none.
+  // Flushes the memtable of the database ReleaseDbForHandoff kept open (so
+  // that the next open has no WAL to replay), then closes it. OK if none.
   [[nodiscard]] absl::Status CloseReleasedDb();
   // ReleaseDbForHandoff, then CloseReleasedDb.
   [[nodiscard]] absl::Status CloseDbForHandoff();
