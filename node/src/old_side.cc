@@ -570,8 +570,9 @@ void OldSide::MoveClients(Attempt& a) {
   Mark(a, "o_move_clients");
 }
 
-// Closes the RocksDB this process released and tells N, which opens it then
-// (N journals writes meanwhile). Past the point of no return: on a failure
+// Closes the RocksDB this process released, its memtable flushed first so
+// that N's open has no WAL to replay, and tells N, which opens it then (N
+// journals writes meanwhile). Past the point of no return: on a failure
 // the database stays open until this process exits, which N notices too.
 void OldSide::CloseDbAndSayReleased(Attempt& a) {
   if (absl::Status s = MaybeInjectFault(Phase::kOCloseDb); !s.ok()) {
