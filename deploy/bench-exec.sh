@@ -13,8 +13,9 @@
 # exec succeeded) to its "Hello from pid" line, Hello -> Ready from there to
 # the new process's "Ready sent" line (attaching the arena, opening the
 # device, registering the arena), of which device open is its "attached the
-# live arena" line to its "device ..." line, request -> Owned from `kvctl upgrade` to
-# the ping that answers with the next generation. Medians, with min and max.
+# live arena" line to its "device ..." line, request -> Owned from `kvctl
+# upgrade` to the ping that answers with the next generation. Medians, with
+# min and max.
 # BUILD_DIR gives the test helpers (kvnode_admin_request).
 # Each binary runs from a copy in a temp dir (tmpfs in the VM), as an
 # installed one runs from a local disk: in deploy/rxe-vm the build directory

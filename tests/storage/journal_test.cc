@@ -429,9 +429,9 @@ TEST(WriterSwitchTest, WritesUnderTheReplayLockAreRefusedNotQueued) {
   ASSERT_TRUE(store->Close().ok());
 }
 
-// Likewise a GET of a key the arena does not hold, which must read RocksDB.
 std::string Big(int i) { return std::string(1000, 'v') + std::to_string(i); }
 
+// Likewise a GET of a key the arena does not hold, which must read RocksDB.
 TEST(WriterSwitchTest, ReadsOfNonResidentKeysUnderTheReplayLockAreRefused) {
   TempStore t;
   t.options.arena_size = 2 << 20;  // too small for every key: some stay in RocksDB only
