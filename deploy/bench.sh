@@ -25,7 +25,9 @@
 # s) on the same node (--sync_writes=true), then `redis-benchmark -t set -c
 # CLIENTS -P DEPTH -d SIZE -r KEYS` against a redis-server with `appendonly
 # yes, appendfsync always` whose AOF is on the node's file system (the
-# guest's tmpfs), alternating rep by rep. --redis_aof 0 leaves Redis out;
+# guest's tmpfs), then `ib_send_bw -b -q CLIENTS -t DEPTH` (the device's
+# SEND rate each way: a PUT's ceiling), alternating rep by rep.
+# --redis_aof 0 leaves Redis out;
 # --perf then runs each configuration once more under `perf record -a -g`
 # (cpu-clock; whole guest), reports in DIR/perf/. Not with --two-host.
 # --node_flags: more kvnode flags (word-split), e.g. "--group_commit=false"
@@ -248,7 +250,7 @@ pt_run_batch() {             # REP
         # nan or a rate of 0. Such a run is repeated.
         # (Only the figure used is judged: the stdev column overflows to nan
         # on huge outliers while t_typical stays good.)
-        if awk -v s="$size" -v bw=$([[ $tool == ib_read_bw ]] && echo 1 || echo 0) '
+        if awk -v s="$size" -v bw=$([[ $tool == *_bw ]] && echo 1 || echo 0) '
             $1 == s { v = bw ? $NF : $5 }
             END { exit !(v != "" && v !~ /inf|nan/ && v + 0 > 0) }' \
           "$out/perftest/$name-r$rep.log"; then
@@ -520,6 +522,12 @@ elif [[ ,$parts, == *,put_scale,* ]]; then
         fi
         with_clients "$c" kvload_run "P-c$c" W uniform "$put_size" "$d" "$rep"
         [[ -n $rpid ]] && redis_aof_run "$c" "$d" "$rep"
+        # The device's own ceiling for this configuration: a PUT is one SEND
+        # each way, and `ib_send_bw -b` with C QPs of D SENDs outstanding
+        # each way does nothing else (its MsgRate is both directions' sum).
+        pt_add "ib_send_bw-b-c$c-d$d" ib_send_bw "$put_size" "$d" -b -q "$c" -t "$d" \
+          -D "$put_duration"
+        pt_run_batch "$rep"
       done
     done
     # Profiles: each configuration once more under perf, after the measured

@@ -83,7 +83,7 @@ def parse_perftest(d, rec):
     if summary is None:
         return None
     try:
-        if rec["tool"] == "ib_read_bw":
+        if rec["tool"] in ("ib_read_bw", "ib_send_bw"):
             # bytes iters bw_peak bw_avg(MB/s) msgrate(Mpps)
             rate = float(summary[4]) * 1e6
             if not 0 < rate < float("inf"):
@@ -365,8 +365,7 @@ def summary(d):
     rows, t3 = put_scale_rows(D)
     if rows:
         print_table(PUT_SCALE_TITLE + " (one node, --sync_writes=true)", PUT_SCALE_HEADER, rows)
-        print_table("PUT targets", ["target", "measured", "goal", "verdict"],
-                    [[a, fratio(b), c, v] for a, b, c, v in t3])
+        print_table("PUT targets", PUT_TARGET_HEADER, put_target_rows(t3))
     if D.skipped:
         print("skipped for time: " + "; ".join(D.skipped))
     if D.failed:
@@ -509,10 +508,27 @@ TARGET_PUT_SCALE = 6.0
 TARGET_PUT_REDIS = 1.5
 
 
+def send_ceiling(D):
+    """The device's SEND rate each way, {(size, qps, depth): {rep: msgs/s}},
+    from `ib_send_bw -b -q QPS -t DEPTH`, whose MsgRate is the sum of both
+    directions. A PUT is one SEND each way: no client and node can PUT faster."""
+    out = {}
+    for r in D.runs:
+        if r["kind"] != "perftest" or r["tool"] != "ib_send_bw":
+            continue
+        q = re.search(r"-q (\d+)", r.get("args", ""))
+        f = parse_perftest(D.dir, r)
+        if q and f:
+            each_way = f["rate"] / 2 if re.search(r"(^| )-b( |$)", r["args"]) else f["rate"]
+            out.setdefault((r["size"], int(q.group(1)), r["depth"]), {})[r["rep"]] = each_way
+    return out
+
+
 def put_scale_data(D):
     """PUT scaling cells {(size, clients, depth): {rep: figures}}, the base
-    (fewest operations outstanding) configuration of each size, and Redis
-    AOF-always SETs {(size, clients, depth): {rep: (rps, p50_us)}}."""
+    (fewest operations outstanding) configuration of each size, Redis
+    AOF-always SETs {(size, clients, depth): {rep: (rps, p50_us)}} and the
+    device's SEND rate each way in the same configurations."""
     cells = {}
     for (cell, size, depth), reps in D.kv.items():
         if cell.startswith("P-c"):
@@ -521,12 +537,21 @@ def put_scale_data(D):
     for (size, c, d) in sorted(cells, key=lambda k: (k[0], k[1] * k[2])):
         base.setdefault(size, (size, c, d))
     red = {k: v.get("SET", {}) for k, v in redis_data(D, "redis_aof").items()}
-    return cells, base, red
+    return cells, base, red, send_ceiling(D)
 
 
 def put_scale_rows(D):
-    cells, base, red = put_scale_data(D)
+    cells, base, red, send = put_scale_data(D)
     rows, targets = [], []
+
+    def share_of_device(key, rate):
+        """A goal's PUT rate as a share of the device's SEND rate each way at
+        `key`: above 1, no program reaches the goal on this device."""
+        ceiling = stat(send.get(key, {}).values())
+        if rate is None or ceiling is None:
+            return "-"
+        return f"{rate / ceiling[0]:.2f} ({fnum(rate)} of {fnum(ceiling[0])}/s)"
+
     for key in sorted(set(cells) | set(red), key=lambda k: (k[0], k[1] * k[2])):
         size, c, d = key
         kv = cells.get(key, {})
@@ -540,21 +565,36 @@ def put_scale_rows(D):
                      fstat(stat(pick(kv, "cpu_node").values())),
                      fratio(scale) if key != b else "1 (base)",
                      fstat(stat(rrps.values())), fratio(vs_redis),
-                     verdict(vs_redis, TARGET_PUT_REDIS, le=False)])
+                     verdict(vs_redis, TARGET_PUT_REDIS, le=False),
+                     fstat(stat(send.get(key, {}).values())),
+                     fratio(ratio_stat(ops, send.get(key, {})))])
         if b and key != b:
+            b_ops = stat(pick(cells[b], "ops_per_s").values())
             targets.append((f"PUT ops/s, {c} clients x depth {d} / {b[1]} client(s) x depth "
                             f"{b[2]}, {size} B, --sync_writes=true", scale,
                             f"≥ {TARGET_PUT_SCALE:g}x",
-                            verdict(scale, TARGET_PUT_SCALE, le=False)))
+                            verdict(scale, TARGET_PUT_SCALE, le=False),
+                            share_of_device(key, b_ops and TARGET_PUT_SCALE * b_ops[0])))
+        r_rps = stat(rrps.values())
         targets.append((f"PUT ops/s / Redis SET ops/s (AOF fsync always), {c} client(s) x "
                         f"depth {d}, {size} B", vs_redis, f"≥ {TARGET_PUT_REDIS:g}x",
-                        verdict(vs_redis, TARGET_PUT_REDIS, le=False)))
+                        verdict(vs_redis, TARGET_PUT_REDIS, le=False),
+                        share_of_device(key, r_rps and TARGET_PUT_REDIS * r_rps[0])))
     return rows, targets
 
 
 PUT_SCALE_HEADER = ["value", "clients", "depth", "outstanding", "PUT ops/s", "PUT p50 µs",
                     "node CPU µs/PUT", "PUT ops/s / base", "Redis AOF-always SET ops/s",
-                    "kvnode / Redis", f"≥ {TARGET_PUT_REDIS:g}x"]
+                    "kvnode / Redis", f"≥ {TARGET_PUT_REDIS:g}x",
+                    "device SENDs/s each way", "PUT ops/s / device"]
+PUT_TARGET_HEADER = ["target", "measured", "goal", "verdict",
+                     "goal's PUT rate / device SENDs/s each way"]
+
+
+def put_target_rows(targets):
+    return [[a, fratio(b), c, v, dev] for a, b, c, v, dev in targets]
+
+
 PUT_SCALE_TITLE = "PUT scaling with writers, and against Redis with AOF fsync always"
 
 
@@ -563,7 +603,7 @@ def put_scale_md(D, level="##"):
     rows, targets = put_scale_rows(D)
     if not rows:
         return []
-    cells, base, red = put_scale_data(D)
+    cells = put_scale_data(D)[0]
     big = max(cells, key=lambda k: k[1] * k[2], default=None)
     kcmd = next((f["command"] for f in cells.get(big, {}).values() if f.get("command")), None)
     rcmds = sorted({r.get("command", "") for r in D.runs if r["kind"] == "redis_aof"} - {""})
@@ -580,11 +620,14 @@ def put_scale_md(D, level="##"):
          "(one thread, CLIENTS connections, DEPTH pipelined SETs on each), the same key count "
          "and value size (its keys, `key:` and 12 digits, are 16 B like kvload's). "
          "Node CPU per PUT: the node's /proc/PID/stat time over the run (all its threads) "
-         "divided by the PUTs. "
+         "divided by the PUTs. Device: `ib_send_bw -b -q CLIENTS -t DEPTH -s SIZE` after "
+         "each pair, its MsgRate halved (perftest sums both directions): the SENDs per second "
+         "the device moves each way with nothing else to do. A PUT is one SEND each way, so "
+         "that rate bounds any PUT rate on this device; a goal's rate above it (a share "
+         "above 1 in the targets' last column) is out of reach here whatever the node does. "
          f"{nreps} rep(s) per figure: median [min–max]; ratios are medians of per-rep ratios.\n"]
     L.append(md_table(PUT_SCALE_HEADER, rows) + "\n")
-    L.append(md_table(["target", "measured", "goal", "verdict"],
-                      [[a, fratio(b), c, v] for a, b, c, v in targets]) + "\n")
+    L.append(md_table(PUT_TARGET_HEADER, put_target_rows(targets)) + "\n")
     if kcmd:
         L.append(f"kvload (largest configuration): `{kcmd}`\n")
     for rc in rcmds:
