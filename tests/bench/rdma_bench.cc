@@ -5,6 +5,8 @@
 //   2. registration cache: hit and miss cost
 //   3. batch deregistration: serial vs parallel
 //   4. drain time vs outstanding READs
+//   5. READ latency at depth 1 by target: a small MR (perftest's case), a
+//      large MR read at random places, a type-2 window over it (a GET's)
 // Run it in the VM (README, "Benchmarks"); absolute numbers on rxe under TCG
 // mean little, ratios in the same run do.
 
@@ -26,6 +28,7 @@
 #include "kvnode/rdma/device.h"
 #include "kvnode/rdma/memory.h"
 #include "kvnode/rdma/mr.h"
+#include "kvnode/rdma/mw.h"
 #include "kvnode/rdma/pd.h"
 #include "kvnode/rdma/qp.h"
 #include "kvnode/rdma/reg_cache.h"
@@ -38,7 +41,8 @@ DEFINE_int32(batch_mrs, 512, "MRs in the batch deregistration table");
 DEFINE_int32(batch_mr_kib, 16, "size of each MR in the batch table");
 DEFINE_int32(cache_ops, 100000, "cache lookups for the hit cost");
 DEFINE_int32(drain_reps, 5, "repetitions per drain measurement");
-DEFINE_string(tables, "1234", "which tables to run (digits 1-4)");
+DEFINE_int32(read_iters, 10000, "READs per cell of the READ latency table");
+DEFINE_string(tables, "1234", "which tables to run (digits 1-5)");
 
 namespace kvnode::rdma {
 namespace {
@@ -254,6 +258,78 @@ void DrainTable(const std::shared_ptr<Device>& dev, const std::shared_ptr<Pd>& p
   }
 }
 
+// Depth-1 READ round trips on a loopback QP pair, timed from before the post
+// to the polled completion, as perftest's ib_read_lat times its own. The
+// large region is read at random 256 B-aligned places, as GETs read buckets
+// of an arena; the window is what a node gives each client (a type-2 MW
+// over the arena's MR).
+void ReadLatencyTable(const std::shared_ptr<Device>& dev, const std::shared_ptr<Pd>& pd) {
+  const size_t big_len = size_t{static_cast<uint32_t>(FLAGS_size_mib)} << 20;
+  std::printf("\n== 5. READ latency at depth 1 (loopback, %d READs per cell; µs)\n",
+              FLAGS_read_iters);
+  HostMemory small = Must(HostMemory::Allocate(4096, MemoryOptions{PageKind::k4K, true}), "mem");
+  HostMemory big = Must(HostMemory::Allocate(big_len, MemoryOptions{PageKind::k4K, true}), "mem");
+  HostMemory local = Must(HostMemory::Allocate(4096, MemoryOptions{PageKind::k4K, true}), "mem");
+  MrOptions ro;
+  ro.access = IBV_ACCESS_REMOTE_READ;
+  auto small_mr = Must(Mr::Register(pd, small.data(), small.size(), ro), "reg");
+  ro.access = IBV_ACCESS_REMOTE_READ | IBV_ACCESS_MW_BIND;
+  std::shared_ptr<Mr> big_mr = Must(Mr::Register(pd, big.data(), big_len, ro), "reg");
+  auto local_mr = Must(Mr::Register(pd, local.data(), local.size()), "reg");
+  auto cqa = Must(Cq::Create(dev, CqOptions{}), "cq");
+  auto cqb = Must(Cq::Create(dev, CqOptions{}), "cq");
+  auto a = Must(Qp::Create(pd, cqa, cqa), "qp");
+  auto b = Must(Qp::Create(pd, cqb, cqb), "qp");
+  Must(a->Connect(b->LocalInfo()), "connect");
+  Must(b->Connect(a->LocalInfo()), "connect");
+  std::shared_ptr<Mw> mw;
+  uint32_t mw_rkey = 0;
+  if (dev->caps().mw_type2) {
+    mw = Must(Mw::Allocate(pd, MwType::kType2), "mw");
+    mw_rkey = Must(b->PostBindMw(1, mw, big_mr, 0, big_len, IBV_ACCESS_REMOTE_READ), "bind");
+    Must(b->WaitFor(1, WrKind::kBindMw, std::chrono::steady_clock::now() + std::chrono::seconds(10))
+             .status(),
+         "bind completion");
+  }
+  struct Target {
+    const char* name;
+    uint64_t base;
+    uint64_t places;  // 256 B-aligned places read at random
+    uint32_t rkey;
+  };
+  const Target targets[] = {{"4 KiB MR", small_mr->iova(), 1, small_mr->rkey()},
+                            {"large MR", big_mr->iova(), big_len / 256, big_mr->rkey()},
+                            {"type-2 MW over it", big_mr->iova(), big_len / 256, mw_rkey}};
+  std::printf("%-20s %8s %10s %10s %10s\n", "target", "bytes", "p10", "p50", "p90");
+  uint64_t seed = 1;
+  for (uint32_t len : {16u, 256u}) {
+    for (const Target& t : targets) {
+      if (t.rkey == 0) continue;  // no type-2 windows on this device
+      std::vector<double> us;
+      us.reserve(static_cast<size_t>(FLAGS_read_iters));
+      for (int i = 0; i < FLAGS_read_iters; ++i) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        const uint64_t addr = t.base + (seed >> 33) % t.places * 256;
+        const auto t0 = std::chrono::steady_clock::now();
+        Must(a->PostRead(i, LocalBuf{local_mr.get(), 0, len}, addr, t.rkey), "read");
+        Completion c;
+        for (;;) {
+          if (Must(cqa->Poll(std::span<Completion>(&c, 1)), "poll") == 1) break;
+        }
+        us.push_back(
+            std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
+                .count());
+        Must(c.ToStatus(), "read completion");
+      }
+      std::printf("%-20s %8u %10.1f %10.1f %10.1f\n", t.name, len, Pct(us, 0.1), Pct(us, 0.5),
+                  Pct(us, 0.9));
+    }
+  }
+  if (mw != nullptr) Must(mw->Dealloc(), "mw dealloc");
+  Must(a->Drain(std::chrono::steady_clock::now() + std::chrono::seconds(10)), "drain a");
+  Must(b->Drain(std::chrono::steady_clock::now() + std::chrono::seconds(10)), "drain b");
+}
+
 }  // namespace
 }  // namespace kvnode::rdma
 
@@ -278,6 +354,7 @@ int main(int argc, char** argv) {
     if (want('2')) CacheTable(pd);
     if (want('3')) BatchTable(pd);
     if (want('4')) DrainTable(dev, pd);
+    if (want('5')) ReadLatencyTable(dev, pd);
   }
   absl::Status leaks = Accounting::CheckNoLeaks();
   std::printf("\naccounting at exit: %s\n",
