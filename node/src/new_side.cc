@@ -335,7 +335,10 @@ void NewSideTail::Wait() {
   (void)RemoveHandoffHeader(header_name_);
   server_->SetUpgradeInProgress(false);
   if (busy_ != nullptr) busy_->store(false);
-  LOG(INFO) << "upgrade: generation " << server_->generation() << " complete";
+  // One line with every phase (ms), O's included (they came with Gone): what
+  // the metrics say, kept in the log for each upgrade, not just the last.
+  LOG(INFO) << "upgrade: generation " << server_->generation()
+            << " complete; phases (ms): " << metrics_->LastPhasesText();
 }
 
 }  // namespace kvnode::upgrade

@@ -6,6 +6,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "kvnode/node/node.h"
 #include "kvnode/storage/arena.h"
 #include "kvnode/storage/format.h"
@@ -115,6 +116,16 @@ std::vector<server::ExtraStat> UpgradeMetrics::Render() const {
     out.push_back(server::ExtraStat{"upgrade_last_phase_seconds", absl::StrCat("phase=\"", k, "\""),
                                     "gauge", "Duration of each phase of the last live upgrade.",
                                     static_cast<double>(v) / 1e6});
+  }
+  return out;
+}
+
+std::string UpgradeMetrics::LastPhasesText() const {
+  absl::MutexLock l(&mu_);
+  std::string out;
+  for (const auto& [k, v] : last_us_) {
+    absl::StrAppend(&out, out.empty() ? "" : " ", k, "=",
+                    absl::StrFormat("%.1f", static_cast<double>(v) / 1e3));
   }
   return out;
 }

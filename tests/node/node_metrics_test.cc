@@ -52,6 +52,16 @@ TEST(UpgradeMetrics, CountersAddAndLastPhasesReplaceAcrossAHandoff) {
   EXPECT_TRUE(saw_phase);
 }
 
+TEST(UpgradeMetrics, LastPhasesTextListsEveryPhaseByNameInMilliseconds) {
+  UpgradeMetrics m;
+  EXPECT_EQ(m.LastPhasesText(), "");
+  m.SetLast("o_pause", absl::Microseconds(2500));
+  m.SetLast("n_attach", absl::Milliseconds(81));
+  EXPECT_EQ(m.LastPhasesText(), "n_attach=81.0 o_pause=2.5");
+  m.ClearLast();
+  EXPECT_EQ(m.LastPhasesText(), "");
+}
+
 TEST(NodeCompat, ReflectsStorageAndTestIncompatibility) {
   absl::StatusOr<Compat> c = NodeCompat("");
   ASSERT_TRUE(c.ok()) << c.status();

@@ -139,6 +139,8 @@ class UpgradeMetrics {
   void ImportFrom(const std::vector<std::pair<std::string, uint64_t>>& in);
   // For stats/metrics (Server::SetExtraStats).
   std::vector<server::ExtraStat> Render() const;
+  // The last upgrade's phases for a log line: "name=ms name=ms ...", by name.
+  std::string LastPhasesText() const;
 
  private:
   std::atomic<uint64_t> counts_[kCountEnd] = {};
