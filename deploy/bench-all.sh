@@ -220,21 +220,7 @@ if ((inner)); then
   redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no \
     --daemonize no --logfile "$out/redis/server.log" &
   rpid=$!
-  # Pure bash (no ss/redis-cli forks: each costs seconds under TCG).
-  listening() {
-    local hex sl loc rem st rest
-    printf -v hex '%04X' "$1"
-    while read -r sl loc rem st rest; do [[ $st == 0A && $loc == *":$hex" ]] && return 0; done </proc/net/tcp
-    return 1
-  }
-  wait_listening() { # PORT SECONDS
-    local end=$(($(date +%s) + $2))
-    until listening "$1"; do
-      (($(date +%s) < end)) || return 1
-      sleep 0.1 # polling a condition under a deadline
-    done
-  }
-  if wait_listening "$rport" 30; then
+  if kv_wait_listen "$rport" 30; then
     for size in $REDIS_SIZES; do
       for rep in $(seq "$REPS"); do
         for c in 1 32; do

@@ -194,24 +194,6 @@ skip() {
   record "{\"kind\":\"skipped\",\"what\":\"$1\"}"
 }
 
-# Is a TCP port listening? Read /proc directly: under TCG every fork (ss,
-# grep) costs seconds.
-# Each file is read whole (mapfile): a `read` loop left early would keep the
-# rest in bash's input buffer, to be returned by the next `read` of a file.
-port_listening() {
-  local hex sl loc rem st rest f l lines
-  printf -v hex '%04X' "$1"
-  for f in /proc/net/tcp /proc/net/tcp6; do
-    [[ -r $f ]] || continue
-    mapfile -t lines <"$f"
-    for l in "${lines[@]}"; do
-      read -r sl loc rem st rest <<<"$l"
-      [[ $st == 0A && $loc == *":$hex" ]] && return 0
-    done
-  done
-  return 1
-}
-
 # perftest: all servers of one batch are started first (each blocks in
 # accept(), costing nothing), then the clients run one after the other, so a
 # server's start-up overlaps the previous measurement instead of adding to it.
@@ -219,7 +201,7 @@ pt_port=19000
 declare -a pt_specs=()
 pt_add() { pt_specs+=("$*"); } # NAME TOOL SIZE DEPTH ARGS...
 pt_run_batch() {             # REP
-  local rep=$1 spec name tool size depth i try ok t0
+  local rep=$1 name tool size depth i try ok t0
   local -a ports=() spids=() a
   for i in "${!pt_specs[@]}"; do
     read -r -a a <<<"${pt_specs[$i]}"
@@ -242,7 +224,7 @@ pt_run_batch() {             # REP
           >"$out/perftest/$name-r$rep.server.log" 2>&1 &
         spids[i]=$!
       fi
-      kv_wait_for 30 port_listening "${ports[i]}" || { kill "${spids[i]}" 2>/dev/null || true; continue; }
+      kv_wait_for 30 kv_port_listening "${ports[i]}" || { kill "${spids[i]}" 2>/dev/null || true; continue; }
       if "$tool" -d "$dev" -x "$gid" -p "${ports[i]}" -s "$size" -F "${a[@]:4}" 127.0.0.1 \
         >"$out/perftest/$name-r$rep.log" 2>&1; then
         wait "${spids[i]}" 2>/dev/null || true
@@ -250,7 +232,7 @@ pt_run_batch() {             # REP
         # nan or a rate of 0. Such a run is repeated.
         # (Only the figure used is judged: the stdev column overflows to nan
         # on huge outliers while t_typical stays good.)
-        if awk -v s="$size" -v bw=$([[ $tool == *_bw ]] && echo 1 || echo 0) '
+        if awk -v s="$size" -v bw="$([[ $tool == *_bw ]] && echo 1 || echo 0)" '
             $1 == s { v = bw ? $NF : $5 }
             END { exit !(v != "" && v !~ /inf|nan/ && v + 0 > 0) }' \
           "$out/perftest/$name-r$rep.log"; then
@@ -331,7 +313,7 @@ if ((two_host)); then
         "${a[1]}" -d "$dev" -x "$gid" -p "${a[4]}" -s "${a[2]}" -F "${a[@]:5}" \
           >"$out/perftest/${a[0]}.server.log" 2>&1 &
         spids+=($!)
-        kv_wait_for 30 port_listening "${a[4]}" || kv_log "perftest server ${a[0]} not listening"
+        kv_wait_for 30 kv_port_listening "${a[4]}" || kv_log "perftest server ${a[0]} not listening"
       done <"$TH_DIR/batch-$batch"
       th_put "batch-$batch.ready"
       th_wait "batch-$batch.done" 3600
@@ -365,7 +347,7 @@ if ((two_host)); then
       # One attempt: the server guest starts one server per run.
       if "$tool" -d "$dev" -x "$gid" -p "${a[4]}" -s "$size" -F "${a[@]:5}" "$RXE_VM_PEER" \
         >"$out/perftest/$name-r$rep.log" 2>&1 &&
-        awk -v s="$size" -v bw=$([[ $tool == ib_read_bw ]] && echo 1 || echo 0) '
+        awk -v s="$size" -v bw="$([[ $tool == ib_read_bw ]] && echo 1 || echo 0)" '
             $1 == s { v = bw ? $NF : $5 }
             END { exit !(v != "" && v !~ /inf|nan/ && v + 0 > 0) }' "$out/perftest/$name-r$rep.log"; then
         ok=true
@@ -378,7 +360,7 @@ if ((two_host)); then
     th_batch=$((th_batch + 1))
     pt_specs=()
   }
-  trap 'th_put done; kv_cleanup' EXIT
+  trap 'th_put "done"; kv_cleanup' EXIT
   th_counters_begin
 fi
 
@@ -469,7 +451,7 @@ redis_aof_start() {
   redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly yes \
     --appendfsync always --dir "$rdir" --daemonize no --logfile "$out/redis-aof/server.log" &
   rpid=$!
-  kv_wait_for 30 port_listening "$rport" || { kv_log "redis-server (AOF) did not listen"; return 1; }
+  kv_wait_for 30 kv_port_listening "$rport" || { kv_log "redis-server (AOF) did not listen"; return 1; }
   record "{\"kind\":\"redis_aof_server\",\"fs_redis\":\"$(stat -f -c %T "$rdir")\",\"fs_rocksdb\":\"$(stat -f -c %T "$KV_DIR/db")\",\"args\":\"--appendonly yes --appendfsync always --save ''\"}"
 }
 # redis-benchmark has no --duration: a short calibration run (unrecorded)
@@ -573,7 +555,7 @@ fi
 
 if ((two_host)); then
   th_counters_report "bench"
-  th_put done
+  th_put "done"
 else
   kv_admin stats >"$out/kvnode-stats.json" 2>/dev/null || true
   KV_STOP_TIMEOUT=60 kv_stop_node

@@ -51,7 +51,7 @@ mkdir -p "$build"
 CC=clang CXX=clang++ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVNODE_FUZZ=ON \
   >"$build/configure.log" || { cat "$build/configure.log"; exit 1; }
 make -C "$build" -j "${KVNODE_FUZZ_JOBS:-2}" --no-print-directory \
-  $(printf 'fuzz_%s ' "${targets[@]}") >"$build/fuzz-build.log" 2>&1 ||
+  "${targets[@]/#/fuzz_}" >"$build/fuzz-build.log" 2>&1 ||
   { tail -40 "$build/fuzz-build.log"; exit 1; }
 
 out="$build/fuzz-runs"
@@ -85,7 +85,10 @@ for t in "${targets[@]}"; do
   cov=$(sed -n 's/.*cov: \([0-9]*\).*/\1/p' <<<"$last")
   ft=$(sed -n 's/.*ft: \([0-9]*\).*/\1/p' <<<"$last")
   corp=$(sed -n 's/.*corp: \([0-9]*\/[0-9]*[a-zA-Z]*\).*/\1/p' <<<"$last")
-  artifacts=$(ls "$out/$t"/ | grep -E '^(crash|leak|timeout|oom)-' || true)
+  artifacts=""
+  for f in "$out/$t"/{crash,leak,timeout,oom}-*; do
+    if [[ -e $f ]]; then artifacts+="${artifacts:+ }${f##*/}"; fi
+  done
   if ((rc != 0)) || [[ -n $artifacts ]]; then
     result="FAILED (exit $rc) $out/$t/log ${artifacts:+$out/$t/$artifacts}"
     failed+=("$t")

@@ -31,14 +31,25 @@ kv_gid_index() {
   echo 0
 }
 
-# Waits until a TCP port on the loopback is listening, up to SECONDS.
-kv_wait_listen() { # PORT SECONDS
-  local port=$1 deadline=$((SECONDS + $2))
-  until ss -Hltn "sport = :$port" | grep -q LISTEN; do
-    ((SECONDS < deadline)) || return 1
-    sleep 0.05 # polling a condition under a deadline, not synchronising by time
+# True while a TCP port is listening (IPv4 or IPv6). Reads /proc, no fork:
+# under TCG an `ss | grep` costs 0.1 s of CPU or more. Each file is read whole
+# (mapfile): a `read` loop left early keeps the rest in bash's input buffer.
+kv_port_listening() { # PORT
+  local hex loc st f l lines
+  printf -v hex '%04X' "$1"
+  for f in /proc/net/tcp /proc/net/tcp6; do
+    [[ -r $f ]] || continue
+    mapfile -t lines <"$f"
+    for l in "${lines[@]}"; do
+      read -r _ loc _ st _ <<<"$l"
+      [[ $st == 0A && $loc == *":$hex" ]] && return 0
+    done
   done
+  return 1
 }
+
+# Waits until a TCP port is listening, up to SECONDS.
+kv_wait_listen() { kv_await "$2" kv_port_listening "$1"; } # PORT SECONDS
 
 # True once process PID has exited (gone, or a zombie its parent has not
 # reaped yet). Shell builtins only: benchmarks poll it while they measure.
@@ -53,7 +64,7 @@ kv_gone() {
 
 # Sleeps S seconds without an exec: read -t on a FIFO nobody writes, opened
 # read-write on first use (so the open does not block) and unlinked at once
-# (nothing left to clean up). In the TCG guest a `sleep 0.001` costs ~50 ms
+# (nothing left to clean up; children inherit the fd, and nobody writes it). In the TCG guest a `sleep 0.001` costs ~50 ms
 # of CPU (fork, exec, dynamic linking); a benchmark polling every 50 ms with
 # `sleep` spent about half a vCPU beside the load it measured.
 kv_nap() { # S

@@ -17,10 +17,12 @@ echo "clocksource: $(cat $cs/current_clocksource) (available: $(cat $cs/availabl
 echo "perf: $(perf --version 2>&1 | head -1)"
 for b in "$@"; do
   tag=$(basename "$b")
-  export KVNODE_BUILD_DIR=$(realpath "$b")
+  KVNODE_BUILD_DIR=$(realpath "$b")
+  export KVNODE_BUILD_DIR
   (
     source "$here/../tests/e2e/lib.sh"
     set +e +o pipefail # a failed report must not stop the rest
+    # shellcheck disable=SC2034 # kv_log's tag
     KV_TEST=prof-$tag
     kv_start_node --arena_size $((64 << 20)) --sync_writes=true --max_clients 64
     common=(--server "$KV_ADDR" --auth_token_file "$KV_TOKEN" --progress=false --clients 1

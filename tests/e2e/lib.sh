@@ -12,6 +12,9 @@
 #   kv_stop_node                         # SIGTERM; exit 0 within KV_STOP_TIMEOUT s, no leaks
 #   kv_fail MSG / kv_ok MSG
 set -euo pipefail
+# kv_nap (a sleep without an exec) and the device helpers are shared with deploy/.
+source "$(dirname "${BASH_SOURCE[0]}")/../../deploy/lib.sh"
+kv_nap 0 # opens its FIFO here, so that subshells share it
 
 KV_BUILD=${KVNODE_BUILD_DIR:?KVNODE_BUILD_DIR must point at the build directory}
 KV_NODE_BIN=${KV_NODE_BIN:-$KV_BUILD/node/kvnode}
@@ -30,12 +33,6 @@ kv_log() { printf '[%s %(%H:%M:%S)T] %s\n' "$KV_TEST" -1 "$*" >&2; }
 # Nanoseconds since the epoch, like `date +%s%N` (microsecond resolution);
 # the separator of EPOCHREALTIME follows the locale, hence the strip.
 kv_now_ns() { echo $((${EPOCHREALTIME//[!0-9]/} * 1000)); }
-# Sleeps S seconds without a fork: read -t on a FIFO that nobody writes
-# (opened read-write, so the open does not block). Used only as the poll
-# interval of a condition with a deadline.
-KV_NAP_FIFO=$(mktemp -u "/tmp/kv-nap.$$.XXXXXX")
-mkfifo -m 600 "$KV_NAP_FIFO"
-kv_nap() { read -r -t "$1" <>"$KV_NAP_FIFO" || true; }
 kv_ok() { kv_log "ok: $*"; }
 kv_fail() {
   kv_log "FAIL: $*"
@@ -152,7 +149,6 @@ kv_cleanup() {
   local j
   for j in $(jobs -p); do kill -KILL "$j" 2>/dev/null || true; done
   [[ -n ${KV_SHM:-} ]] && rm -f "/dev/shm/$KV_SHM"
-  rm -f "$KV_NAP_FIFO"
   return 0
 }
 trap kv_cleanup EXIT
