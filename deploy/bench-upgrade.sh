@@ -294,6 +294,8 @@ PY
     kv_await 300 kv_gone "$node_pid" || die "node $node_pid still alive 300 s after SIGTERM"
     wait "$node_pid" 2>/dev/null || true
     node_pid=""
+    # RocksDB's own log tells where an open or a flush spent its time.
+    cp "$dir/db/LOG" "$dir/rocksdb.log" 2>/dev/null || true
     rm -rf "$dir/db" # the guest's /tmp is memory (1e6 keys: ~100 MB); the logs stay
   done
   echo "== summary (event = live: signal -> old process exit; naive: SIGTERM -> new process answering)"
