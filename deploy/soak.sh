@@ -72,7 +72,6 @@ EOF
 
 upgrades=1000 fault_every=4 churn_every=3 seed="" clients=8 keys=2000 op_timeout=60000
 max_minutes=0 cells="" build=${KVNODE_BUILD_DIR:-$PWD/build} do_build=1 vm_timeout="" keep=0 inner=0
-orig_args=("$@")
 while (($#)); do
   case $1 in
     --upgrades) upgrades=$2; shift ;;
@@ -185,7 +184,7 @@ fd_count() {
   while read -r l; do [[ $l =~ $re ]] || n=$((n + 1)); done < <(find "/proc/$1/fd" -mindepth 1 -maxdepth 1 -printf '%l\n' 2>/dev/null)
   echo "$n"
 }
-fd_list() { ls -l "/proc/$1/fd" 2>/dev/null | grep -o -- '-> .*' | sed 's/^-> //;s/.*\///' | sort | uniq -c | tr -s ' \n' ' '; }
+fd_list() { find "/proc/$1/fd" -mindepth 1 -maxdepth 1 -printf '%l\n' 2>/dev/null | sed 's/.*\///' | sort | uniq -c | tr -s ' \n' ' '; }
 # /proc files are read whole with mapfile: a `read` loop left early keeps the
 # rest of the file in bash's input buffer for that fd number, and the next
 # `read` from a redirected file gets those lines instead of its own.
@@ -296,8 +295,8 @@ done_ups=0 faults=0 churns=0 summary_done=0 fail_msg="" load_pid="" churn_pid=""
 declare -A cell_count=() cell_ms=()
 owned_ms=() windows=() fault_cells=""
 t_start=$(kv_now_ns) t_base=0 time_up=0
-B_QP=? B_MR=? B_TQP=? B_TMR=? B_FD=? B_RSS=?
-S_QP=? S_MR=? S_TQP=? S_TMR=? S_FD=? S_RSS=?
+B_QP='?' B_MR='?' B_TQP='?' B_TMR='?' B_FD='?' B_RSS='?'
+S_QP='?' S_MR='?' S_TQP='?' S_TMR='?' S_FD='?' S_RSS='?'
 
 # kv_fail (lib.sh) also records the reason for the summary.
 eval "lib_kv_fail() $(declare -f kv_fail | tail -n +2)"
@@ -500,7 +499,7 @@ for ((i = 1; i <= upgrades; i++)); do
       kv_log "upgrade $i: churn kvload $churns connected"
     fi
   fi
-  how=kill
+  how="kill"
   ((i % 5 == 0)) && how=kvctl
   if ((churn)) && [[ -z $churn_pid ]]; then
     # Even round: kvload is started, not waited for, right before the signal:
@@ -516,8 +515,8 @@ for ((i = 1; i <= upgrades; i++)); do
   owned_ms+=($(((UP_OWNED_NS - UP_SIG_NS) / 1000000)))
   windows+=("$UP_SIG_NS:$UP_EXIT_NS")
   bid=$(kv_admin stats | grep -o '"build_id":"[^"]*"' | cut -d'"' -f4)
-  want=build-b
-  ((i % 2 == 0)) && want=build-a
+  want="build-b"
+  ((i % 2 == 0)) && want="build-a"
   [[ $bid == "$want" ]] || soak_fail "upgrade $i: build id $bid, expected $want"
   if ((churn)); then
     t_c=$(kv_now_ns)
