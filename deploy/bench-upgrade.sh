@@ -42,15 +42,16 @@ if [[ $mode == --inner ]]; then
   run_s=${BENCH_RUN_S:-40}
   at_s=${BENCH_AT_S:-5}
   events_default=${BENCH_EVENTS:-1}
-  # The node runs from a copy in /tmp (the guest's tmpfs), as an installed
-  # binary runs from a local disk: in deploy/rxe-vm the build directory is a
-  # 9p share without a page cache, where each page of kvnode that a new
-  # process touches (its exec, its first RocksDB open) is a round trip to
-  # the host, on the way to the writer switch.
+  # The node and kvload run from copies in /tmp (the guest's tmpfs), as
+  # installed binaries run from a local disk: in deploy/rxe-vm the build
+  # directory is a 9p share without a page cache, where each page of code a
+  # process touches first is a round trip to the host: kvnode's on the way
+  # to the writer switch, kvload's when its clients first move (a scheduler
+  # trace showed kvload's threads in 9p reads there).
   bindir=$(mktemp -d /tmp/bench-upgrade-bin.XXXXXX)
-  cp "$build/node/kvnode" "$bindir/kvnode"
+  cp "$build/node/kvnode" "$build/tools/kvload" "$bindir/"
   node=$bindir/kvnode
-  kvload=$build/tools/kvload
+  kvload=$bindir/kvload
   kvfill=$build/tools/kvfill
   results=$(mktemp /tmp/bench-upgrade.XXXXXX.txt)
   nclients=4 # kvload's clients (control connections, QPs)

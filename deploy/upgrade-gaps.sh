@@ -68,15 +68,22 @@ if [[ -n $sched ]]; then
   }' "$KV_DIR/timehist.txt" | head -80 || true
 fi
 python3 - "$report" <<'PY'
-import json, sys
+import json, sys, time
 r = json.load(open(sys.argv[1]))
-print("blackout %.1f ms at %.0f ms; GETs %.1f ms; writes %.1f ms at %.0f ms" % (
-    r["blackout_ms"], r["blackout_start_ms"], r["blackout_read_ms"], r["blackout_write_ms"],
-    r["blackout_write_start_ms"]))
+t0 = r["start_unix_s"]  # the timeline's t = 0 on the wall clock, as the node's log
+
+
+def wall(ms):
+    return time.strftime("%H:%M:%S", time.gmtime(t0 + ms / 1000)) + ".%03d" % ((t0 * 1000 + ms) % 1000)
+
+
+print("blackout %.1f ms at %.0f ms (%s UTC); GETs %.1f ms; writes %.1f ms at %.0f ms (%s UTC)" % (
+    r["blackout_ms"], r["blackout_start_ms"], wall(r["blackout_start_ms"]), r["blackout_read_ms"],
+    r["blackout_write_ms"], r["blackout_write_start_ms"], wall(r["blackout_write_start_ms"])))
 for s in r["timeline"]:
     if s["ops"] < 5 or s["max_latency_us"] > 200000:
-        print("slot %7.0f ms: ops %4d reads %4d writes %4d max latency %8.0f us" % (
-            s["t_ms"], s["ops"], s["reads"], s["writes"], s["max_latency_us"]))
+        print("slot %7.0f ms (%s): ops %4d reads %4d writes %4d max latency %8.0f us" % (
+            s["t_ms"], wall(s["t_ms"]), s["ops"], s["reads"], s["writes"], s["max_latency_us"]))
 PY
 # The node's upgrade steps and the moved clients' new sessions, beside each
 # client's own "moved" line: a move's time runs from O's Move to the client's.

@@ -716,6 +716,9 @@ int main(int argc, char** argv) {
   report["client"]["location_hits"] = cs.location_hits - before_run.location_hits;
   report["client"]["location_stale"] = cs.location_stale - before_run.location_stale;
   report["cpu"] = load::CpuJson(cpu0, cpu1, total.ops());
+  // The timeline's t = 0 on the wall clock, to set its gaps against the
+  // node's log lines.
+  report["start_unix_s"] = absl::ToDoubleSeconds(shared.t0_abs - absl::UnixEpoch());
   std::printf("%s", load::FormatSummary(report).c_str());
   std::printf(
       "client: %llu GETs by READ, %llu by RPC (%llu fallbacks, %llu torn-read retries), "
