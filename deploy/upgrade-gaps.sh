@@ -12,8 +12,9 @@
 #        GAPS_SCHED (1: a scheduler trace, `perf sched record -g`, from 8 s
 #        before the signal to kvload's end; then every kvload or kvnode
 #        thread off the CPU > 20 ms or runnable but not run > 5 ms, where it
-#        left the CPU, in wall-clock times to set against the node's log)
-[[ ${1:-} == -h || ${1:-} == --help ]] && { sed -n '2,15p' "$0"; exit 0; }
+#        left the CPU, and every window in which no vCPU switched tasks, in
+#        wall-clock times to set against the node's log)
+[[ ${1:-} == -h || ${1:-} == --help ]] && { sed -n '2,16p' "$0"; exit 0; }
 root=$(cd "$(dirname "$0")/.." && pwd)
 export KVNODE_BUILD_DIR=${KVNODE_BUILD_DIR:-$root/build}
 source "$root/tests/e2e/lib.sh"
@@ -66,6 +67,17 @@ if [[ -n $sched ]]; then
     for (i = 7; i <= NF && i <= 12; ++i) line = line " " $i
     print line
   }' "$KV_DIR/timehist.txt" | head -80 || true
+  # A window in which neither vCPU switched tasks although they were busy
+  # (the next switch is not out of idle) is the emulator standing still,
+  # not the guest's scheduler: every task in it appears to have run throughout.
+  echo "windows > 40 ms without a task switch on any vCPU (the guest stood still), wall clock of their start:"
+  awk -v off="$mono_to_wall" 'NR > 3 && $1 + 0 > 0 {
+    if (last > 0 && $1 - last > 0.04 && $3 !~ /idle/) {
+      w = last + off; cmd = "date -u -d @" int(w) " +%T"; cmd | getline t; close(cmd)
+      printf "%s.%06d %4.0f ms (then %s, which ran %s ms)\n", t, (w - int(w)) * 1e6, ($1 - last) * 1000, $3, $6
+    }
+    last = $1
+  }' "$KV_DIR/timehist.txt" | head -40 || true
 fi
 python3 - "$report" <<'PY'
 import json, sys, time
