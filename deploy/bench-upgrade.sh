@@ -27,7 +27,8 @@
 # events), failed ops, and per event signal -> old process exit (live) /
 # signal -> new process answering (naive), joined by '/'; then
 # blackout_read / blackout_write (longest gap between completed GETs, resp.
-# writes) and the GETs completed inside the longest write gap.
+# writes), the GETs completed inside the longest write gap, and stall (the
+# longest time the machine stood still under kvload: kvload's stall_ms).
 #
 #   deploy/bench-upgrade.sh                        build in build/, run (VM if needed)
 #   KVNODE_BUILD_DIR=DIR BENCH_KEYS=100000 deploy/bench-upgrade.sh --no-build
@@ -152,7 +153,8 @@ l = r["latency_us"]
 print(f"{sys.argv[2]:>8} {sys.argv[3]:<7} blackout {r['blackout_ms']:8.1f} ms  p99 {l['p99']/1000:8.2f} ms"
       f"  max {l['max']/1000:8.1f} ms  failed {r['failed_ops']}  ops {r['ops']}  event {sys.argv[4]} ms"
       f"  blackout_read {r.get('blackout_read_ms', -1):.1f} ms  blackout_write {r.get('blackout_write_ms', -1):.1f} ms"
-      f"  gets_in_write_gap {r.get('reads_in_write_blackout', -1)}")
+      f"  gets_in_write_gap {r.get('reads_in_write_blackout', -1)}"
+      f"  stall {r.get('stall_ms', -1):.1f} ms")
 PY
   }
   # The exit status of an old process, when it is this shell's child (the

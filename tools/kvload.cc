@@ -36,6 +36,7 @@
 #include "kvnode/load/ack_log.h"
 #include "kvnode/load/report.h"
 #include "kvnode/load/rng.h"
+#include "kvnode/load/stall_meter.h"
 #include "kvnode/load/verify.h"
 #include "kvnode/load/workload.h"
 #include "nlohmann/json.hpp"
@@ -622,6 +623,7 @@ int main(int argc, char** argv) {
   shared.t0 = SteadyClock::now();
   shared.t0_abs = absl::Now();
   shared.end = shared.t0 + std::chrono::microseconds(static_cast<int64_t>(FLAGS_duration * 1e6));
+  std::optional<load::StallMeter> stall_meter(std::in_place, shared.t0);
   std::vector<std::thread> ts = run_phase(false);
   // Progress line each second until every worker is done.
   std::atomic<int> running{static_cast<int>(ts.size())};
@@ -659,6 +661,8 @@ int main(int argc, char** argv) {
   for (auto& j : joiners) j.join();
   const double duration_s = std::chrono::duration<double>(SteadyClock::now() - shared.t0).count();
   const load::CpuTimes cpu1 = load::SampleCpu(FLAGS_node_pid);
+  const load::StallMeter::Stall stall = stall_meter->Get();
+  stall_meter.reset();
 
   load::LoadStats total;
   kvnode::client::ClientStats cs;
@@ -719,6 +723,11 @@ int main(int argc, char** argv) {
   // The timeline's t = 0 on the wall clock, to set its gaps against the
   // node's log lines.
   report["start_unix_s"] = absl::ToDoubleSeconds(shared.t0_abs - absl::UnixEpoch());
+  // This process's machine standing still (load::StallMeter): the longest
+  // late wake-up of a 5 ms sleeper, when it began, and how many exceeded 50 ms.
+  report["stall_ms"] = stall.longest_ms;
+  report["stall_start_ms"] = stall.start_ms;
+  report["stalls_over_50ms"] = stall.over_50ms;
   std::printf("%s", load::FormatSummary(report).c_str());
   std::printf(
       "client: %llu GETs by READ, %llu by RPC (%llu fallbacks, %llu torn-read retries), "
