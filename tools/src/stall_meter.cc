@@ -13,7 +13,7 @@ StallMeter::~StallMeter() {
 }
 
 StallMeter::Stall StallMeter::Get() const {
-  absl::MutexLock l(&mu_);
+  AnnotatedLock l(&mu_);
   return stall_;
 }
 
@@ -23,7 +23,7 @@ void StallMeter::Run() {
     sleep_(period_);
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - due).count();
     if (ms <= 0) continue;
-    absl::MutexLock l(&mu_);
+    AnnotatedLock l(&mu_);
     if (ms > 50) ++stall_.over_50ms;
     if (ms > stall_.longest_ms) {
       stall_.longest_ms = ms;

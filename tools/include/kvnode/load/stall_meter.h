@@ -17,9 +17,9 @@
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "kvnode/base/annotated_mutex.h"
 
 namespace kvnode::load {
 
@@ -49,7 +49,7 @@ class StallMeter {
   const absl::Duration period_;
   const SleepFn sleep_;
   std::atomic<bool> stop_{false};
-  mutable absl::Mutex mu_;
+  mutable AnnotatedMutex mu_;
   Stall stall_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;  // last: started once the rest is set
 };
