@@ -1,4 +1,5 @@
 #include <atomic>
+#include <chrono>
 
 #include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
@@ -16,21 +17,19 @@ TEST(StallMeter, ASleepThatEndsLateIsTheLongestStallAndCounted) {
   std::atomic<int> sleeps{0};
   absl::Notification late_done;
   const StallMeter::Clock::time_point t0 = StallMeter::Clock::now();
-  {
-    StallMeter meter(t0, absl::Milliseconds(1), [&](absl::Duration d) {
-      const int n = ++sleeps;
-      absl::SleepFor(n == 3 ? absl::Milliseconds(120) : d);
-      if (n == 4) late_done.Notify();
-    });
-    ASSERT_TRUE(late_done.WaitForNotificationWithTimeout(kDeadline));
-    const StallMeter::Stall s = meter.Get();
-    EXPECT_GE(s.longest_ms, 110);
-    EXPECT_GE(s.over_50ms, 1u);  // more only if the test machine itself stalls
-    EXPECT_GE(s.start_ms, 0);
-    const double since_t0 =
-        std::chrono::duration<double, std::milli>(StallMeter::Clock::now() - t0).count();
-    EXPECT_LE(s.start_ms + s.longest_ms, since_t0);
-  }
+  StallMeter meter(t0, absl::Milliseconds(1), [&](absl::Duration d) {
+    const int n = ++sleeps;
+    absl::SleepFor(n == 3 ? absl::Milliseconds(120) : d);
+    if (n == 4) late_done.Notify();
+  });
+  ASSERT_TRUE(late_done.WaitForNotificationWithTimeout(kDeadline));
+  const StallMeter::Stall s = meter.Get();
+  EXPECT_GE(s.longest_ms, 110);
+  EXPECT_GE(s.over_50ms, 1u);  // more only if the test machine itself stalls
+  EXPECT_GE(s.start_ms, 0);
+  const double since_t0 =
+      std::chrono::duration<double, std::milli>(StallMeter::Clock::now() - t0).count();
+  EXPECT_LE(s.start_ms + s.longest_ms, since_t0);
 }
 
 }  // namespace
