@@ -288,10 +288,8 @@ class Client::Impl {
   // The first READ step of a GET: through the location cache when it knows
   // the key, else the home bucket.
   void FirstStep(Slot& slot);
-  // Queues the READ(s) of slot.step in read_batch_ (posted by FlushReads).
+  // Queues the READ of slot.step in read_batch_ (posted by FlushReads).
   void PostRead(uint32_t idx, Slot& slot, absl::Time now);
-  void QueueRead(uint32_t idx, Slot& slot, uint64_t local_offset, uint64_t arena_offset,
-                 uint32_t length);
   // Runs `post` (one chain of `asked` WRs) on the session of `epoch` if it is
   // still the current one and whole; returns how many WRs went. An error
   // other than a full queue, or a chain cut short with entries free, breaks
@@ -329,14 +327,11 @@ class Client::Impl {
   bool CanSend() const { return CanRead() && !current_->moving; }
   char* SendBuf(uint32_t idx) { return static_cast<char*>(slot_mem_.data()) + idx * kSlotStride; }
   char* ReadBuf(uint32_t idx) { return SendBuf(idx) + kSendBufSize; }
-  // The slot word of a GET through the location cache.
-  char* WordBuf(uint32_t idx) { return ReadBuf(idx) + kReadBufSize; }
 
  public:
   static constexpr uint32_t kSendBufSize = (proto::kMaxRpcMessageSize + 63) / 64 * 64;
   static constexpr uint32_t kReadBufSize = (storage::kMaxObjectSize + 63) / 64 * 64;
-  static constexpr uint32_t kWordBufSize = 64;
-  static constexpr uint32_t kSlotStride = kSendBufSize + kReadBufSize + kWordBufSize;
+  static constexpr uint32_t kSlotStride = kSendBufSize + kReadBufSize;
   static constexpr uint32_t kRecvBufSize = kSendBufSize;
 
  private:

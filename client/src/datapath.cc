@@ -229,26 +229,15 @@ void Client::Impl::PostRead(uint32_t idx, Slot& s, absl::Time now) {
   }
   if (!read_batch_.empty() && read_batch_epoch_ != ses->epoch) FlushReads(now);
   read_batch_epoch_ = ses->epoch;
-  if (s.step.kind == storage::ReadStep::Kind::kCached) {
-    // The slot word first: the responder executes the READs of one QP in
-    // order, so the object is read after the word that names it
-    // (read_path.h).
-    QueueRead(idx, s, uint64_t{idx} * kSlotStride + kSendBufSize + kReadBufSize, s.step.owner, 8);
-  }
-  QueueRead(idx, s, uint64_t{idx} * kSlotStride + kSendBufSize, off, len);
+  read_batch_slot_.push_back(idx);
+  read_batch_.push_back(
+      rdma::ReadWr{MakeWrId(ses->epoch, false, idx),
+                   rdma::LocalBuf{slot_mr_.get(), uint64_t{idx} * kSlotStride + kSendBufSize, len},
+                   ses->welcome.arena_remote_addr + off, ses->welcome.rkey});
+  ++s.reads_outstanding;
   s.state = Slot::State::kReading;
   s.epoch = ses->epoch;
   ++s.reads;
-}
-
-void Client::Impl::QueueRead(uint32_t idx, Slot& s, uint64_t local_offset, uint64_t arena_offset,
-                             uint32_t length) {
-  const Session* ses = current_.get();
-  read_batch_slot_.push_back(idx);
-  read_batch_.push_back(rdma::ReadWr{
-      MakeWrId(ses->epoch, false, idx), rdma::LocalBuf{slot_mr_.get(), local_offset, length},
-      ses->welcome.arena_remote_addr + arena_offset, ses->welcome.rkey});
-  ++s.reads_outstanding;
 }
 
 size_t Client::Impl::PostChain(uint32_t epoch, size_t asked, const char* what,
@@ -425,7 +414,6 @@ void Client::Impl::OnCompletion(const rdma::Completion& c, absl::Time now) {
     MaybeFree(idx);
     return;
   }
-  // A GET through the location cache has two READs: decode once both are in.
   if (is_read && s.state == Slot::State::kReading && s.epoch == epoch && ses != nullptr &&
       s.reads_outstanding == 0) {
     OnReadDone(idx, s, now);
@@ -443,8 +431,7 @@ void Client::Impl::OnReadDone(uint32_t idx, Slot& s, absl::Time now) {
   const char* buf = ReadBuf(idx);
   const std::string_view bytes(buf, s.step.length);
   if (s.step.kind == storage::ReadStep::Kind::kCached) {
-    const storage::ReadResult r = storage::DecodeCached(*ses->geometry, s.key, s.step,
-                                                        std::string_view(WordBuf(idx), 8), bytes);
+    const storage::ReadResult r = storage::DecodeCached(*ses->geometry, s.key, s.step, bytes);
     if (r.outcome == storage::ReadResult::Outcome::kFound) {
       s.version = r.version;
       s.value_off = static_cast<uint32_t>(r.value.data() - buf);

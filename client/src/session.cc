@@ -240,7 +240,8 @@ absl::Status Client::Impl::OnWelcome(Session* s, const proto::Welcome& w) {
   s->recv_buffers = std::min(slot_count(), w.max_rpc_credits);
   s->credits = s->recv_buffers;
   rdma::QpOptions qopt;
-  // Two READs per GET through the location cache (slot word, object).
+  // One WR per slot in flight (a GET's READ or an RPC's SEND), doubled as
+  // headroom: a full queue only defers a post (FlushReads requeues).
   qopt.max_send_wr = 2 * slot_count();
   qopt.max_recv_wr = s->recv_buffers;
   qopt.remote_access = 0;  // nobody reads or writes client memory

@@ -1,5 +1,7 @@
 #include "kvnode/storage/format.h"
 
+// The state type of the streaming API (XXH3_state_t) on the stack.
+#define XXH_STATIC_LINKING_ONLY
 #include <xxhash.h>
 
 #include <bit>
@@ -120,10 +122,11 @@ uint64_t Slot::Resident(uint16_t fp, uint64_t offset, uint32_t length) {
 
 uint64_t Slot::Marker(uint16_t fp) { return Slot{SlotType::kMarker, fp, 0, 0}.Word(); }
 
-void EncodeObject(const Geometry& g, uint64_t owner_slot, uint64_t version, std::string_view key,
-                  std::string_view value, char* dst, size_t footprint) {
+void EncodeUnownedObject(const Geometry& g, uint64_t owner_slot, uint64_t version,
+                         std::string_view key, std::string_view value, char* dst,
+                         size_t footprint) {
   StoreU64(dst + 8, version);
-  StoreU64(dst + 16, owner_slot);
+  StoreU64(dst + kObjectOwnerOffset, 0);
   dst[24] = static_cast<char>(key.size() & 0xFF);
   dst[25] = static_cast<char>(key.size() >> 8);
   dst[26] = 0;
@@ -133,7 +136,22 @@ void EncodeObject(const Geometry& g, uint64_t owner_slot, uint64_t version, std:
   if (!value.empty()) std::memcpy(dst + kObjectHeaderSize + key.size(), value.data(), value.size());
   const size_t used = ObjectSize(key.size(), value.size());
   if (footprint > used) std::memset(dst + used, 0, footprint - used);
-  StoreU64(dst, Checksum(dst + 8, used - 8, g.hash_seed));
+  // The checksum of the object as it will be once owned: the owner word goes
+  // into the hash from a local copy, never into dst.
+  char owner[8];
+  StoreU64(owner, owner_slot);
+  XXH3_state_t st;
+  XXH3_64bits_reset_withSeed(&st, g.hash_seed);
+  XXH3_64bits_update(&st, dst + 8, kObjectOwnerOffset - 8);
+  XXH3_64bits_update(&st, owner, sizeof(owner));
+  XXH3_64bits_update(&st, dst + kObjectOwnerOffset + 8, used - kObjectOwnerOffset - 8);
+  StoreU64(dst, XXH3_64bits_digest(&st));
+}
+
+void EncodeObject(const Geometry& g, uint64_t owner_slot, uint64_t version, std::string_view key,
+                  std::string_view value, char* dst, size_t footprint) {
+  EncodeUnownedObject(g, owner_slot, version, key, value, dst, footprint);
+  StoreU64(dst + kObjectOwnerOffset, owner_slot);
 }
 
 absl::StatusOr<ObjectView> DecodeObject(const Geometry& g, std::string_view bytes) {
@@ -153,7 +171,7 @@ absl::StatusOr<ObjectView> DecodeObject(const Geometry& g, std::string_view byte
   }
   ObjectView v;
   v.version = LoadU64(p + 8);
-  v.owner = LoadU64(p + 16);
+  v.owner = LoadU64(p + kObjectOwnerOffset);
   v.key = bytes.substr(kObjectHeaderSize, key_len);
   v.value = bytes.substr(kObjectHeaderSize + key_len, value_len);
   return v;

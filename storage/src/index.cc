@@ -142,6 +142,19 @@ void IndexWriter::ReclaimExpired() {
   }
 }
 
+void IndexWriter::SetSlot(uint64_t slot_offset, uint64_t word) {
+  std::atomic_ref<uint64_t> slot = Word(slot_offset);
+  const Slot old = Slot::Parse(slot.load(std::memory_order_relaxed));
+  if (old.type == SlotType::kResident) {
+    Word(old.offset + kObjectOwnerOffset).store(0, std::memory_order_release);
+  }
+  slot.store(word, std::memory_order_release);
+  const Slot now = Slot::Parse(word);
+  if (now.type == SlotType::kResident) {
+    Word(now.offset + kObjectOwnerOffset).store(slot_offset, std::memory_order_release);
+  }
+}
+
 void IndexWriter::Retire(const Slot& s, uint64_t slot_offset) {
   const uint64_t b = BucketOf(slot_offset);
   const bool is_inline = s.offset >= b + kSlotLineSize && s.offset < b + g_.bucket_size;
@@ -215,7 +228,7 @@ bool IndexWriter::EvictOne(uint64_t protect) {
           SetRef(so, false);
           continue;
         }
-        Word(so).store(Slot::Marker(s.fingerprint), std::memory_order_release);
+        SetSlot(so, Slot::Marker(s.fingerprint));
         Retire(s, so);
         Add(&ArenaHeader::resident_keys, -1);
         Add(&ArenaHeader::marker_slots, 1);
@@ -326,7 +339,7 @@ IndexWriter::Placement IndexWriter::Upsert(std::string_view key, std::string_vie
   if (!AllocateObject(BucketOf(target), key.size(), value.size(), target, allow_evict, &loc)) {
     switch (kind) {
       case Kind::kUpdate:
-        Word(target).store(Slot::Marker(fp), std::memory_order_release);
+        SetSlot(target, Slot::Marker(fp));
         Retire(Slot::Parse(p.resident_word), target);
         SetRef(target, false);
         Add(&ArenaHeader::resident_keys, -1);
@@ -338,14 +351,14 @@ IndexWriter::Placement IndexWriter::Upsert(std::string_view key, std::string_vie
         MaybeUnlink(BucketOf(target), p.home_bucket);  // an overflow bucket added for it
         break;
       case Kind::kNew:
-        Word(target).store(Slot::Marker(fp), std::memory_order_release);
+        SetSlot(target, Slot::Marker(fp));
         Add(&ArenaHeader::marker_slots, 1);
         break;
     }
     return Placement::kNotResident;
   }
-  EncodeObject(g_, target, version, key, value, arena_->At(loc.offset), loc.length);
-  Word(target).store(Slot::Resident(fp, loc.offset, loc.length), std::memory_order_release);
+  EncodeUnownedObject(g_, target, version, key, value, arena_->At(loc.offset), loc.length);
+  SetSlot(target, Slot::Resident(fp, loc.offset, loc.length));
   Add(loc.is_inline ? &ArenaHeader::inline_bytes : &ArenaHeader::heap_bytes, loc.length);
   if (kind == Kind::kUpdate) {
     Retire(Slot::Parse(p.resident_word), target);
@@ -355,7 +368,7 @@ IndexWriter::Placement IndexWriter::Upsert(std::string_view key, std::string_vie
   if (kind == Kind::kFromMarker) Add(&ArenaHeader::marker_slots, -1);
   if (kind == Kind::kMoveFromMarker && !p.lossy) {
     // Published at the new place first; now the first marker goes (6b).
-    Word(p.marker_slot).store(0, std::memory_order_release);
+    SetSlot(p.marker_slot, 0);
     Add(&ArenaHeader::marker_slots, -1);
     MaybeUnlink(BucketOf(p.marker_slot), p.home_bucket);
   }
@@ -367,7 +380,7 @@ void IndexWriter::Remove(std::string_view key, bool existed) {
   ReclaimExpired();
   const Probe p = Find(key);
   if (p.resident_slot != 0) {
-    Word(p.resident_slot).store(0, std::memory_order_release);
+    SetSlot(p.resident_slot, 0);
     Retire(Slot::Parse(p.resident_word), p.resident_slot);
     SetRef(p.resident_slot, false);
     Add(&ArenaHeader::resident_keys, -1);
@@ -378,7 +391,7 @@ void IndexWriter::Remove(std::string_view key, bool existed) {
   if (!existed) return;
   // Invariant 6c; in a LOSSY chain the key may have had no marker of its own.
   if (p.marker_slot != 0 && !p.lossy) {
-    Word(p.marker_slot).store(0, std::memory_order_release);
+    SetSlot(p.marker_slot, 0);
     Add(&ArenaHeader::marker_slots, -1);
     MaybeUnlink(BucketOf(p.marker_slot), p.home_bucket);
   }

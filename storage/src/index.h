@@ -4,8 +4,8 @@
 // time (the Store serialises its writers with a mutex; see store.h). Readers
 // in any process copy bytes and run read_path.h; everything here is ordered
 // so that each step they can observe is valid for them:
-//  1. An object is written completely before the 8-byte release store of the
-//     slot word that publishes it.
+//  1. An object is written completely (owner word 0, invariant 9) before the
+//     8-byte release store of the slot word that publishes it.
 //  2. Every state change of one key is one 8-byte store to that key's slot
 //     (resident -> resident, resident <-> marker, -> empty): a reader sees
 //     the old or the new word, never a state in between. The one exception is
@@ -65,6 +65,16 @@
 //     Inline objects of the bucket were retired before it, and the ring
 //     releases in order, so none of them is released into memory the bucket
 //     no longer owns.
+//  9. An object's owner word (format.h) names its slot exactly while the slot
+//     publishes it: it is stored after the slot store that publishes the
+//     object and cleared before the slot store that replaces, deletes or
+//     evicts it (SetSlot, the only place slot words change). So a reader
+//     that finds an intact object naming slot S read it while S published
+//     it, whenever it learnt the object's place: a remembered place needs no
+//     READ of the slot (read_path.h, CachedRead). A writer killed between
+//     the clear and the slot store leaves a slot naming an unowned object:
+//     readers retry and then ask the server, which reads RocksDB, until the
+//     key is written again (a write in the intent is republished at once).
 #ifndef KVNODE_STORAGE_SRC_INDEX_H_
 #define KVNODE_STORAGE_SRC_INDEX_H_
 
@@ -140,6 +150,8 @@ class IndexWriter {
                       bool allow_evict, Loc* loc);
   uint64_t AllocateHeap(uint64_t n, uint64_t align, uint64_t protect, bool allow_evict);
   uint64_t AddOverflowBucket(uint64_t last_bucket, bool allow_evict);
+  // The one store of invariant 2, with invariant 9's owner words around it.
+  void SetSlot(uint64_t slot_offset, uint64_t word);
   void Retire(const Slot& s, uint64_t slot_offset);
   void PushLimbo(uint64_t offset, uint64_t bucket_offset, uint64_t length);
   // Invariant 8: unlinks and retires `bucket` if it is an overflow bucket of

@@ -159,13 +159,11 @@ ReadStep CachedRead(const Geometry& g, const CachedLocation& loc) {
 }
 
 ReadResult DecodeCached(const Geometry& g, std::string_view key, const ReadStep& step,
-                        std::string_view slot_bytes, std::string_view object_bytes) {
-  if (step.kind != ReadStep::Kind::kCached || step.length == 0 || slot_bytes.size() < 8 ||
+                        std::string_view object_bytes) {
+  if (step.kind != ReadStep::Kind::kCached || step.length == 0 ||
       object_bytes.size() < step.length) {
     return Make(Outcome::kRetry);
   }
-  // The slot still publishes the object we are about to trust (read before it).
-  if (LoadU64(slot_bytes.data()) != step.word) return Make(Outcome::kRetry);
   ReadResult r;
   if (CheckObject(g, key, step.owner, object_bytes.substr(0, step.length), &r) !=
       ObjectCheck::kMatch) {

@@ -29,7 +29,7 @@ constexpr uint64_t kSeed = 0x5eed5eed5eed5eedULL;
 // An arena of one home bucket: every key shares one chain.
 class OneChain {
  public:
-  explicit OneChain(uint32_t bucket_size, uint32_t max_chain_buckets = 16) {
+  explicit OneChain(uint32_t bucket_size, uint32_t max_chain_buckets = 16, uint64_t grace_ns = 0) {
     const ::testing::TestInfo* t = ::testing::UnitTest::GetInstance()->current_test_info();
     opt_.shm_name = std::string("kvnode-index-test-") + std::to_string(getpid()) + "-" + t->name();
     opt_.size = 1 << 20;
@@ -39,7 +39,7 @@ class OneChain {
     auto a = Arena::Create(opt_);
     EXPECT_TRUE(a.ok()) << a.status();
     arena_ = std::move(*a);
-    index_ = std::make_unique<IndexWriter>(arena_.get(), /*grace_ns=*/0, max_chain_buckets);
+    index_ = std::make_unique<IndexWriter>(arena_.get(), grace_ns, max_chain_buckets);
   }
   ~OneChain() {
     index_.reset();
@@ -296,6 +296,55 @@ TEST(IndexInterleavingTest, ReaderOnAnUnlinkedOrReusedBucketRetries) {
     EXPECT_EQ(c.found_value(), "value-" + k);
   }
   for (int i = 6; i < 12; ++i) EXPECT_EQ(c.Get(keys[i]).outcome, Outcome::kNotFound);
+}
+
+// Invariant 9: a remembered object (a client's cached location) is one READ
+// and is still never stale. A replaced or deleted key's old object stays
+// intact for the grace period but for its owner word, which the writer
+// cleared before the slot store; so the READ of it is refused.
+TEST(IndexInterleavingTest, RememberedObjectIsRefusedOnceReplacedOrDeleted) {
+  OneChain c(/*bucket_size=*/64, 16, /*grace_ns=*/uint64_t{60} * 1000000000);
+  const Geometry& g = c.g();
+  IndexWriter& ix = c.index();
+  const std::string key = "remembered";
+  auto remember = [&](const std::string& want) {
+    const ReadResult r = c.Get(key);
+    EXPECT_EQ(r.outcome, Outcome::kFound);
+    EXPECT_EQ(c.found_value(), want);
+    return CachedLocation{r.slot, r.slot_word};
+  };
+  std::string got;
+  auto read_cached = [&](const CachedLocation& loc) {
+    const ReadStep st = CachedRead(g, loc);
+    EXPECT_NE(st.length, 0u);
+    const std::string bytes = c.Read(st);
+    const ReadResult r = DecodeCached(g, key, st, bytes);
+    got.assign(r.value.data(), r.value.size());
+    return r.outcome;
+  };
+
+  ASSERT_EQ(ix.Upsert(key, "first", 1, false, true), IndexWriter::Placement::kResident);
+  const CachedLocation first = remember("first");
+  ASSERT_EQ(read_cached(first), Outcome::kFound);
+  EXPECT_EQ(got, "first");
+
+  ASSERT_EQ(ix.Upsert(key, "second", 2, true, true), IndexWriter::Placement::kResident);
+  EXPECT_EQ(read_cached(first), Outcome::kRetry);
+  // Only the owner word refuses it: with the word put back it would verify.
+  std::string retired = c.Read(CachedRead(g, first));
+  StoreU64(retired.data() + kObjectOwnerOffset, first.slot);
+  absl::StatusOr<ObjectView> v = DecodeObject(g, retired);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->value, "first");
+  const CachedLocation second = remember("second");
+  EXPECT_EQ(second.slot, first.slot);
+  EXPECT_NE(second.word, first.word);
+  ASSERT_EQ(read_cached(second), Outcome::kFound);
+  EXPECT_EQ(got, "second");
+
+  ix.Remove(key, true);
+  EXPECT_EQ(read_cached(second), Outcome::kRetry);
+  EXPECT_EQ(c.Get(key).outcome, Outcome::kNotFound);
 }
 
 // The attack of a token holder who knows the hash seed (every client does):

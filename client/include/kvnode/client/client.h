@@ -130,11 +130,11 @@ struct ClientOptions {
   // an RPC (comparison and debugging).
   bool rpc_get_only = false;
   // Entries of the location cache: where heap values (too big to live in
-  // their bucket) were found, so that the next GET of the key reads the
-  // slot word and the object in one round trip instead of bucket, then
-  // object. Bounded (rounded up to a power of two; ~24 bytes each), checked
-  // on every use: a stale entry costs a round trip, never a wrong value.
-  // Default 4096. 0..2^20; 0 disables it.
+  // their bucket) were found, so that the next GET of the key is one READ
+  // of the object instead of two (bucket, then object). Bounded (rounded
+  // up to a power of two; ~24 bytes each), checked on every use: a stale
+  // entry costs a round trip, never a wrong value. Default 4096. 0..2^20; 0
+  // disables it.
   uint32_t location_cache_entries = 4096;
 
   [[nodiscard]] absl::Status Validate() const;

@@ -28,7 +28,10 @@ namespace kvnode::storage {
 // that the link to them repeats (they are freed when empty, and a reader must
 // notice a bucket it reached by a stale link); a key is never published in an
 // earlier bucket of its chain.
-inline constexpr uint32_t kLayoutVersion = 2;
+// 3: an object's owner word is its publication state (0 before the slot store
+// that publishes it and from before the one that replaces it), so one READ of
+// a remembered object proves it current (read_path.h, CachedRead).
+inline constexpr uint32_t kLayoutVersion = 3;
 
 // ---------------------------------------------------------------------------
 // Geometry: what a remote reader needs to compute where to READ.
@@ -150,13 +153,20 @@ struct Slot {
 // Object (8-byte aligned in the heap, 16-byte aligned inline):
 //   0  u64 checksum   XXH3-64 (seed = hash_seed) over bytes [8, 32 + k + v)
 //   8  u64 version    the store's version of this write
-//  16  u64 owner      offset of the slot word that publishes this object
+//  16  u64 owner      offset of the slot word that publishes this object, while
+//                     it does: 0 before (the checksum is that of the owned
+//                     object, so an unowned one fails it) and after
 //  24  u16 key_len    1..kMaxKeySize
 //  26  u16 reserved   0
 //  28  u32 value_len  0..kMaxValueSize
 //  32  key bytes, then value bytes, then zero padding to the slot length
+// The writer stores the owner word after the slot store that publishes the
+// object and clears it before the slot store that replaces, deletes or
+// evicts it (src/index.h, invariant 9): an intact object that names slot S
+// was published by S at the time it was read.
 // ---------------------------------------------------------------------------
 inline constexpr size_t kObjectHeaderSize = 32;
+inline constexpr size_t kObjectOwnerOffset = 16;
 inline constexpr size_t kMaxObjectSize = kObjectHeaderSize + kMaxKeySize + kMaxValueSize;
 
 inline size_t ObjectSize(size_t key_len, size_t value_len) {
@@ -168,7 +178,12 @@ inline size_t ObjectFootprint(size_t key_len, size_t value_len, size_t align) {
 }
 
 // Writes an object into dst (which must have `footprint` bytes; padding is
-// zeroed). Key and value must be within the limits (the caller checked).
+// zeroed) with its owner word 0 and the checksum of the object owned by
+// `owner_slot`: it passes DecodeObject only once the writer has stored the
+// owner word. Key and value must be within the limits (the caller checked).
+void EncodeUnownedObject(const Geometry& g, uint64_t owner_slot, uint64_t version,
+                         std::string_view key, std::string_view value, char* dst, size_t footprint);
+// The same with the owner word stored: a complete object at once.
 void EncodeObject(const Geometry& g, uint64_t owner_slot, uint64_t version, std::string_view key,
                   std::string_view value, char* dst, size_t footprint);
 

@@ -32,17 +32,15 @@
 // lives in the heap; overflow buckets add one READ each.
 //
 // A reader that remembers where a heap value was (CachedLocation, from a
-// kFound of a kObject step) can skip the bucket: CachedRead gives two READs
-// to post back to back on ONE queue pair, in this order, the 8-byte slot
-// word at loc.slot and then the object; DecodeCached accepts the object
-// only if the slot word read still equals loc.word and the object is intact,
-// names loc.slot as its owner and holds `key`. That is guarantee 1 with the
-// slot read at the time the slot READ executed: an RC responder executes
-// the READs of one QP in order, so the object bytes are read after the slot
-// word that points to them (a retired object stays intact for the grace
-// period, so the object alone would prove nothing: an overwritten or
-// deleted key's old object passes every object check). Anything else is
-// kRetry: the caller drops the location and starts over with FirstRead.
+// kFound of a kObject step) can skip the bucket: CachedRead gives the one
+// READ of the object, and DecodeCached accepts it only if it is intact,
+// names loc.slot as its owner and holds `key`. That is guarantee 1 without
+// the bucket: the writer clears an object's owner word before the slot store
+// that replaces, deletes or evicts it, and sets it only after the store that
+// publishes it (format.h; src/index.h, invariant 9), so an intact object
+// naming loc.slot was what that slot published when the READ executed.
+// Anything else is kRetry: the caller drops the location and starts over
+// with FirstRead.
 #ifndef KVNODE_STORAGE_READ_PATH_H_
 #define KVNODE_STORAGE_READ_PATH_H_
 
@@ -101,13 +99,13 @@ struct CachedLocation {
   uint64_t slot = 0;
   uint64_t word = 0;
 };
-// The object READ of a GET through `loc` (kind kCached; the slot word READ
-// is 8 bytes at loc.slot, posted before it). length 0 when `loc` cannot name
-// an object of this geometry (not resident, out of the arena): drop it.
+// The one READ of a GET through `loc` (kind kCached: the object). length 0
+// when `loc` cannot name an object of this geometry (not resident, out of
+// the arena): drop it.
 ReadStep CachedRead(const Geometry& g, const CachedLocation& loc);
 // kFound (as Decode's) or kRetry: see the file comment.
 ReadResult DecodeCached(const Geometry& g, std::string_view key, const ReadStep& step,
-                        std::string_view slot_bytes, std::string_view object_bytes);
+                        std::string_view object_bytes);
 
 // Interprets `bytes` (exactly what was read for `step`; fewer bytes -> kRetry).
 ReadResult Decode(const Geometry& g, std::string_view key, const ReadStep& step,
