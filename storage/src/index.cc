@@ -153,6 +153,7 @@ void IndexWriter::SetSlot(uint64_t slot_offset, uint64_t word) {
   if (now.type == SlotType::kResident) {
     Word(now.offset + kObjectOwnerOffset).store(slot_offset, std::memory_order_release);
   }
+  if (old.type == SlotType::kResident) Retire(old, slot_offset);
 }
 
 void IndexWriter::Retire(const Slot& s, uint64_t slot_offset) {
@@ -229,7 +230,6 @@ bool IndexWriter::EvictOne(uint64_t protect) {
           continue;
         }
         SetSlot(so, Slot::Marker(s.fingerprint));
-        Retire(s, so);
         Add(&ArenaHeader::resident_keys, -1);
         Add(&ArenaHeader::marker_slots, 1);
         Add(&ArenaHeader::evictions, 1);
@@ -340,7 +340,6 @@ IndexWriter::Placement IndexWriter::Upsert(std::string_view key, std::string_vie
     switch (kind) {
       case Kind::kUpdate:
         SetSlot(target, Slot::Marker(fp));
-        Retire(Slot::Parse(p.resident_word), target);
         SetRef(target, false);
         Add(&ArenaHeader::resident_keys, -1);
         Add(&ArenaHeader::marker_slots, 1);
@@ -360,11 +359,7 @@ IndexWriter::Placement IndexWriter::Upsert(std::string_view key, std::string_vie
   EncodeUnownedObject(g_, target, version, key, value, arena_->At(loc.offset), loc.length);
   SetSlot(target, Slot::Resident(fp, loc.offset, loc.length));
   Add(loc.is_inline ? &ArenaHeader::inline_bytes : &ArenaHeader::heap_bytes, loc.length);
-  if (kind == Kind::kUpdate) {
-    Retire(Slot::Parse(p.resident_word), target);
-  } else {
-    Add(&ArenaHeader::resident_keys, 1);
-  }
+  if (kind != Kind::kUpdate) Add(&ArenaHeader::resident_keys, 1);
   if (kind == Kind::kFromMarker) Add(&ArenaHeader::marker_slots, -1);
   if (kind == Kind::kMoveFromMarker && !p.lossy) {
     // Published at the new place first; now the first marker goes (6b).
@@ -381,7 +376,6 @@ void IndexWriter::Remove(std::string_view key, bool existed) {
   const Probe p = Find(key);
   if (p.resident_slot != 0) {
     SetSlot(p.resident_slot, 0);
-    Retire(Slot::Parse(p.resident_word), p.resident_slot);
     SetRef(p.resident_slot, false);
     Add(&ArenaHeader::resident_keys, -1);
     Add(&ArenaHeader::num_keys, -1);

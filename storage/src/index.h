@@ -72,9 +72,10 @@
 //     that finds an intact object naming slot S read it while S published
 //     it, whenever it learnt the object's place: a remembered place needs no
 //     READ of the slot (read_path.h, CachedRead). A writer killed between
-//     the clear and the slot store leaves a slot naming an unowned object:
-//     readers retry and then ask the server, which reads RocksDB, until the
-//     key is written again (a write in the intent is republished at once).
+//     an owner store and its slot store leaves a slot naming an unowned
+//     object: readers retry and then ask the server, which reads RocksDB,
+//     until the key is written again (a write in the intent is republished
+//     at once).
 #ifndef KVNODE_STORAGE_SRC_INDEX_H_
 #define KVNODE_STORAGE_SRC_INDEX_H_
 
@@ -150,7 +151,8 @@ class IndexWriter {
                       bool allow_evict, Loc* loc);
   uint64_t AllocateHeap(uint64_t n, uint64_t align, uint64_t protect, bool allow_evict);
   uint64_t AddOverflowBucket(uint64_t last_bucket, bool allow_evict);
-  // The one store of invariant 2, with invariant 9's owner words around it.
+  // The one store of invariant 2, with invariant 9's owner words around it;
+  // the object the old word published goes to the retire ring (invariant 3).
   void SetSlot(uint64_t slot_offset, uint64_t word);
   void Retire(const Slot& s, uint64_t slot_offset);
   void PushLimbo(uint64_t offset, uint64_t bucket_offset, uint64_t length);
