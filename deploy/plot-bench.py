@@ -823,6 +823,8 @@ def upgrade_section(D):
 UP_STALL = re.compile(r"\bstall ([\d.]+) ms")
 UP_PHASES = re.compile(r"^\s*phases (\w+): writer_switch (\d+) ms\s+signal->N_writes (\d+) ms"
                        r"\s+signal->O_exit (\d+) ms")
+
+
 def issue15_targets(D):
     """[target, measured, goal, verdict, cause of a miss] for issue 15, from
     bench-upgrade.sh's summary (one run per cell: no medians across runs)."""
