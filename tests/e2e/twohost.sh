@@ -27,7 +27,8 @@ for attempt in 1 2; do
     --results "$dir" --rc-file "$dir/rc" -- env TH_DIR="$dir" KVNODE_BUILD_DIR="$build" \
     "$here/$script") || rc=$?
   # 125: a guest failed before its command could report (deploy/rxe-vm's
-  # boot watchdog, a guest that died): the test bed's failure, not the
+  # boot watchdog, a guest that died), or found the link between the guests
+  # dead (twohost_lib.sh's th_exit): the test bed's failure, not the
   # test's. Tried once more from a clean directory.
   ((attempt == 1)) && grep -q ' 125$' "$dir/rc" 2>/dev/null || break
   echo "twohost: $name: a guest failed to run its command ($(tr '\n' ' ' <"$dir/rc")); once more"

@@ -17,6 +17,7 @@ source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/upgrade_lib.sh"
 source "$(dirname "$0")/twohost_lib.sh"
 kv_require_device
+th_own_outages
 short=${TH_SHORT_OUTAGE:-2}
 long_outage=${TH_LONG_OUTAGE:-8}
 clients=4

@@ -27,7 +27,7 @@ server() {
   th_wait loaded 300
   kv_wait_for 60 clients_are $clients || kv_fail "$clients clients did not connect: $(kv_stat clients)"
   for ((i = 1; i <= n; i++)); do
-    how=kill
+    how="kill"
     ((i % 2 == 0)) && how=kvctl
     up_upgrade "$how"
     kv_log "upgrade $i phases (ms): $(up_phases)"
