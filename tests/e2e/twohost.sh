@@ -31,7 +31,7 @@ for attempt in 1 2; do
   # dead (twohost_lib.sh's th_exit): the test bed's failure, not the
   # test's. Tried once more from a clean directory.
   ((attempt == 1)) && grep -q ' 125$' "$dir/rc" 2>/dev/null || break
-  echo "twohost: $name: a guest failed to run its command ($(tr '\n' ' ' <"$dir/rc")); once more"
+  echo "twohost: $name: the test bed failed ($(tr '\n' ' ' <"$dir/rc")); once more"
   rm -rf "$dir"
   mkdir -p "$dir"
 done

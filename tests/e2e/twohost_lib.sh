@@ -196,12 +196,12 @@ th_keep_logs() {
 }
 
 # A failed run prints what this guest saw, while it still can: CI keeps only
-# the test's output. Tells a dead link (no ping across eth0), a process stuck
-# in the kernel (its threads' states and wait channels) and the guest
-# kernel's complaints apart from a fault of the node or the client.
+# the test's output. Tells a dead link (eth0's counters standing still,
+# neighbours FAILED), a process stuck in the kernel (its threads' states and
+# kernel stacks) and the guest kernel's complaints apart from a fault of the
+# node or the client.
 th_diagnose() {
-  local peer=10.77.0.2 pid t f
-  [[ $TH_ROLE == client ]] && peer=10.77.0.1
+  local pid t f
   {
     echo "---- $TH_ROLE diagnosis $(date +%T.%N)"
     for f in "${KV_DIR:-/nonexistent}"/*.log; do
@@ -218,11 +218,16 @@ th_diagnose() {
         echo "-- TCP connect to the node at $host:${KV_ADDR##*:}: failed"
       fi
     fi
-    echo "-- eth0 (twice, 1 s apart: do packets still arrive from $peer?)"
+    echo "-- eth0 (twice, 1 s apart: do frames still arrive from $RXE_VM_PEER?)"
+    # With them the virtio interrupt counts and the TX queue's timeouts: a
+    # guest that stopped taking the NIC's interrupts would show here.
     ip -s link show eth0
     ip neigh show dev eth0
+    grep virtio /proc/interrupts
     kv_nap 1
     ip -s link show eth0
+    grep virtio /proc/interrupts
+    echo "tx-0 timeouts: $(cat /sys/class/net/eth0/queues/tx-0/tx_timeout 2>/dev/null)"
     echo "-- rdma resource show qp"
     rdma resource show qp
     for pid in $(pgrep -x kvload) $(pgrep -x kvnode-a) $(pgrep -x kvnode-b); do
