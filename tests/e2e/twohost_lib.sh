@@ -195,6 +195,9 @@ th_keep_logs() {
   cp "$KV_DIR"/*.log "$KV_DIR"/*.json "$TH_DIR/" 2>/dev/null || true
 }
 
+# Opens (and closes) a TCP connection to HOST:PORT within 3 s.
+th_tcp_connect() { timeout 3 bash -c ": <>/dev/tcp/$1/$2"; } # HOST PORT
+
 # A failed run prints what this guest saw, while it still can: CI keeps only
 # the test's output. Tells a dead link (eth0's counters standing still,
 # neighbours FAILED), a process stuck in the kernel (its threads' states and
@@ -210,13 +213,10 @@ th_diagnose() {
       tail -n 40 "$f"
     done
     if [[ -n ${KV_ADDR:-} ]]; then
-      local host=${KV_ADDR%:*}
+      local host=${KV_ADDR%:*} verdict=ok
       [[ $host == 0.0.0.0 ]] && host=127.0.0.1
-      if timeout 3 bash -c ": <>/dev/tcp/$host/${KV_ADDR##*:}"; then
-        echo "-- TCP connect to the node at $host:${KV_ADDR##*:}: ok"
-      else
-        echo "-- TCP connect to the node at $host:${KV_ADDR##*:}: failed"
-      fi
+      th_tcp_connect "$host" "${KV_ADDR##*:}" || verdict=failed
+      echo "-- TCP connect to the node at $host:${KV_ADDR##*:}: $verdict"
     fi
     echo "-- eth0 (twice, 1 s apart: do frames still arrive from $RXE_VM_PEER?)"
     # With them the virtio interrupt counts and the TX queue's timeouts: a
@@ -255,7 +255,7 @@ th_link_dead() {
   ((TH_LINK_CHECK)) || return 1
   [[ -s ${RXE_VM_PEER_RC:-/nonexistent} ]] && return 1
   rx0=$(</sys/class/net/eth0/statistics/rx_packets)
-  timeout 3 bash -c ": <>/dev/tcp/$RXE_VM_PEER/9" 2>/dev/null || true
+  th_tcp_connect "$RXE_VM_PEER" 9 2>/dev/null || true
   rx1=$(</sys/class/net/eth0/statistics/rx_packets)
   [[ $rx0 == "$rx1" && ! -s ${RXE_VM_PEER_RC:-/nonexistent} ]]
 }
