@@ -340,9 +340,12 @@ I17_INLINE_RATE, I17_HEAP_RATE, I17_PUT_P50 = 0.85, 0.7, 3.0
 MISSED = "§ Missed targets and their measured causes"
 PUT_CEILING = "§ PUT at depth 1 and the device's SEND ceiling"
 ONE_READ = "§ Cached heap GET in one READ: owner words"
+INLINE_PROFILE = "§ Inline GET against a bare READ"
 I17_CAUSES = {
-    "inline": "the READ alone, through rdma/, is 1.04-1.18x `ib_read_lat`; the client "
-              f"adds 4.3-8.4 µs ({MISSED})",
+    "inline": "the READ alone, through rdma/, is 1.04-1.18x `ib_read_lat`; per GET the "
+              "client's user space spends 15-20 µs of CPU more than `ib_read_lat`'s (libkvclient "
+              "8-10 µs over ~40 functions, none above 1 µs) and its kernel 9-30 µs more (the 256 B "
+              f"bucket READ, more context switches), whole-guest perf under TCG ({INLINE_PROFILE})",
     "heap_known": "one READ (the object) since layout 3; beyond the READ the client checks the "
                   "object's XXH3 (12 % of its CPU at 4 KiB, perf) and runs its loop (8 %) "
                   f"({ONE_READ})",
