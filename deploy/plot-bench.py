@@ -349,7 +349,9 @@ I17_CAUSES = {
     "heap_known": "one READ (the object) since layout 3; beyond the READ the client checks the "
                   "object's XXH3 (12 % of its CPU at 4 KiB, perf) and runs its loop (8 %) "
                   f"({ONE_READ})",
-    "heap_unknown": f"two dependent READs, bucket then object ({MISSED})",
+    "heap_unknown": "two dependent READs, bucket then object: per GET two READs' kernel work plus "
+                    "31 µs of user space and 28 µs more kernel than `ib_read_lat`'s, whole-guest "
+                    f"perf at 1 KiB ({MISSED}; {INLINE_PROFILE})",
     "rate_inline": f"none separable from the reps' spread ({MISSED})",
     "rate_heap": "kvload's one thread is the limit: rxe's READ work runs on it (77 % of its "
                  "samples, as in perftest), XXH3 of the object 12 %, its own code 8 % (perf, "

@@ -16,7 +16,9 @@
 # OUTDIR/<build>-s<size>.per-op.txt (the table, also printed), and prints the
 # guest's clocksource (a non-TSC one makes every clock read a syscall).
 # PROFILE_SIZES (default 16) lists the value sizes, PROFILE_FREQ (default 1000)
-# the samples per second on each vCPU.
+# the samples per second on each vCPU, PROFILE_KVLOAD_ARGS more kvload flags
+# (e.g. "--location_cache 0": a heap GET then takes two READs, and the
+# figures stay per READ).
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 out=$(realpath -m "$1")
 shift
@@ -71,8 +73,10 @@ for b in "$@"; do
       base=$out/$tag-s$size
       "$KV_KVLOAD" "${common[@]}" --value_size "$size" --depth 32 --workload C --preload --ops 1 \
         >/dev/null 2>&1
-      "$KV_KVLOAD" "${common[@]}" --value_size "$size" --depth 1 --workload C --distribution uniform --duration 12 \
-        --spin 1000000000 >"$base.kvload.txt" 2>&1 &
+      # shellcheck disable=SC2086 # PROFILE_KVLOAD_ARGS is a list of flags
+      "$KV_KVLOAD" "${common[@]}" --value_size "$size" --depth 1 --workload C \
+        --distribution uniform --duration 12 --spin 1000000000 ${PROFILE_KVLOAD_ARGS:-} \
+        >"$base.kvload.txt" 2>&1 &
       client=$!
       read -r kv_ops kv_cs kv_tl < <(profile_window "$client" "$base.kvload")
       wait "$client"
@@ -117,7 +121,7 @@ def load(path):
 kv, kv_sym = load(sys.argv[4])
 pt, pt_sym = load(sys.argv[5])
 kv_us, pt_us = 1e6 / freq / kv_ops, 1e6 / freq / pt_ops  # CPU µs per op of one sample
-print(f"CPU µs per operation, {freq} Hz samples on every vCPU; READs in the window: "
+print(f"CPU µs per operation (a READ), {freq} Hz samples on every vCPU; READs in the window: "
       f"kvload {kv_ops}, ib_read_lat {pt_ops}")
 print(f"per operation, all CPUs: context switches {kv_cs / kv_ops:.2f} (kvload) "
       f"{pt_cs / pt_ops:.2f} (ib_read_lat), tasklet runs {kv_tl / kv_ops:.2f} {pt_tl / pt_ops:.2f}")
