@@ -343,15 +343,15 @@ ONE_READ = "§ Cached heap GET in one READ: owner words"
 INLINE_PROFILE = "§ Inline GET against a bare READ"
 I17_CAUSES = {
     "inline": "the READ alone, through rdma/, is 1.04-1.18x `ib_read_lat`; per GET the "
-              "client's user space spends 15-20 µs of CPU more than `ib_read_lat`'s (libkvclient "
-              "8-10 µs over ~40 functions, none above 1 µs) and its kernel 9-30 µs more (the 256 B "
-              f"bucket READ, more context switches), whole-guest perf under TCG ({INLINE_PROFILE})",
+              "client's user space spends 9-21 µs of CPU more than `ib_read_lat`'s (libkvclient "
+              "6-11 µs over ~40 functions, none above ~1 µs) and its kernel 0-31 µs more, by run "
+              f"(more context switches), whole-guest perf under TCG ({INLINE_PROFILE})",
     "heap_known": "one READ (the object) since layout 3; beyond the READ the client checks the "
                   "object's XXH3 (12 % of its CPU at 4 KiB, perf) and runs its loop (8 %) "
                   f"({ONE_READ})",
     "heap_unknown": "two dependent READs, bucket then object: per GET two READs' kernel work plus "
-                    "31 µs of user space and 28 µs more kernel than `ib_read_lat`'s, whole-guest "
-                    f"perf at 1 KiB ({MISSED}; {INLINE_PROFILE})",
+                    "24-31 µs of user space and 20-28 µs more kernel than `ib_read_lat`'s, "
+                    f"whole-guest perf at 1 KiB ({MISSED}; {INLINE_PROFILE})",
     "rate_inline": f"none separable from the reps' spread ({MISSED})",
     "rate_heap": "kvload's one thread is the limit: rxe's READ work runs on it (77 % of its "
                  "samples, as in perftest), XXH3 of the object 12 %, its own code 8 % (perf, "

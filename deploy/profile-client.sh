@@ -1,24 +1,24 @@
 #!/usr/bin/env bash
-# Where a depth-1 GET's time goes, against the READ `ib_read_lat` times: a
-# system-wide perf profile (every vCPU, self samples: call graphs under TCG
-# slowed every READ 3x) of a 3 s window of
-# kvload's depth-1 GETs, then of `ib_read_lat`'s READs, in one device session
-# (deploy/rxe-vm). The window opens once the run is past its start-up (1000
-# READs done), and its operations are counted on the device (rxe's sent_pkts:
-# a request and a response per READ), so samples turn into CPU microseconds
-# per operation, by process and by where they fell, and the two columns can be
-# subtracted: what kvload spends per GET beyond a bare READ.
-# docs/BENCHMARKS.md cites its output.
+# Where a depth-1 GET's time goes, against the READ `ib_read_lat` times. A
+# system-wide perf profile (every vCPU; self samples only: call graphs under
+# TCG slowed every READ 3x) of a 3 s window of kvload's depth-1 GETs, then of
+# `ib_read_lat`'s READs, in one device session (deploy/rxe-vm). The window
+# opens once the run is past its start-up (1000 READs done), and its READs
+# are counted on the device (rxe's sent_pkts: a request and a response per
+# READ), so samples turn into CPU microseconds per READ, by process, by part
+# and by symbol, and the two columns can be subtracted: what kvload spends
+# per GET beyond a bare READ. docs/BENCHMARKS.md cites its output.
 #
 #   deploy/rxe-vm --rw build -- deploy/profile-client.sh build/prof BUILD_DIR...
 #
 # Writes OUTDIR/<build>-s<size>.{kvload,ib_read_lat}.{data,txt} and
-# OUTDIR/<build>-s<size>.per-op.txt (the table, also printed), and prints the
+# OUTDIR/<build>-s<size>.per-op.txt (the tables, also printed), and prints the
 # guest's clocksource (a non-TSC one makes every clock read a syscall).
-# PROFILE_SIZES (default 16) lists the value sizes, PROFILE_FREQ (default 1000)
-# the samples per second on each vCPU, PROFILE_KVLOAD_ARGS more kvload flags
-# (e.g. "--location_cache 0": a heap GET then takes two READs, and the
-# figures stay per READ).
+# Environment: PROFILE_SIZES (default 16) the value sizes; PROFILE_FREQ
+# (default 1000) samples per second on each vCPU; PROFILE_READS (default
+# 150000) the READs of the `ib_read_lat` run, which must outlast the window;
+# PROFILE_KVLOAD_ARGS more kvload flags (e.g. "--location_cache 0": a heap GET
+# then takes two READs, and the figures stay per READ).
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 out=$(realpath -m "$1")
 shift
@@ -96,12 +96,15 @@ freq = int(sys.argv[3])
 if not kv_ops or not pt_ops:
     sys.exit(f"no operations counted in a window (kvload {kv_ops}, ib_read_lat {pt_ops})")
 
+def kernel(dso):  # the kernel and its modules (rdma_rxe, ib_uverbs, ib_core); not the vDSO
+    return dso.startswith("[") and dso not in ("[vdso]", "[unknown]")
+
 def where(comm, dso, sym):
     if comm == "swapper":
         return "idle"
     if dso == "[unknown]":
         return "unknown"
-    if dso.startswith("["):  # the kernel and its modules (rdma_rxe, ib_uverbs, ib_core)
+    if kernel(dso):
         return "kernel: " + ("rxe" if re.search(r"rxe|crc32|icrc", dso + sym) else "other")
     return "user: " + dso
 
@@ -131,6 +134,28 @@ for key in sorted(set(kv) | set(pt), key=lambda k: -(kv[k] + pt[k])):
         continue
     a, b = kv[key] * kv_us, pt[key] * pt_us
     print(f"{key[0][:16]:<16} {key[1][:34]:<34} {a:10.2f} {b:11.2f} {a - b:+10.2f}")
+# kvload's user space by part (the regular expressions match demangled names).
+PARTS = [
+    ("kvload between GETs (key choice, histogram, Complete)",
+     r"kvnode::load::|Worker::(Complete|Issue)|pow|Duration::operator|ToInt64Nanoseconds|"
+     r"IsNotFound|raw_code|umodti3"),
+    ("kvload's poll loop", r"Worker::Loop"),
+    ("libkvclient (client, rdma/, storage read path, XXH3)",
+     r"kvnode::(client|storage|rdma)::|XXH3|xxhash|functional_internal"),
+    ("verbs user space (librxe, the post's write(), its lock)",
+     r"librxe|libibverbs|spin_lock|spin_unlock|libc_write"),
+    ("clock reads", r"GetCurrentTimeNanos|Now|clock_gettime|vdso"),
+    ("control socket recv()", r"recv"),
+]
+parts = collections.Counter()
+for (dso, sym), n in kv_sym.items():
+    if kernel(dso):
+        continue
+    name = next((p for p, rx in PARTS if re.search(rx, dso + " " + sym)), "other: " + dso)
+    parts[name] += n
+print("\nkvload's user space by part (µs per operation)")
+for name, n in parts.most_common():
+    print(f"{n * kv_us:10.2f}  {name}")
 print("\nthe client process by symbol, largest differences first (µs per operation)")
 print(f"{'kvload GET':>10} {'ib_read_lat':>11} {'difference':>10}  symbol")
 diff = {k: kv_sym[k] * kv_us - pt_sym[k] * pt_us for k in set(kv_sym) | set(pt_sym)}
