@@ -1,6 +1,7 @@
 #include "kvnode/rdma/mr.h"
 
 #include <glog/logging.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,6 +21,15 @@ constexpr int kKnownAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
                              IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
                              IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED | IBV_ACCESS_ON_DEMAND |
                              IBV_ACCESS_RELAXED_ORDERING;
+
+// MrOptions::populate_first, on the page-aligned range [first, last). Only a
+// saving: where it fails, ibv_reg_mr faults the pages in itself.
+void PopulateForRegistration(uintptr_t first, uintptr_t last, const std::string& label) {
+  if (madvise(reinterpret_cast<void*>(first), last - first, MADV_POPULATE_READ) != 0) {
+    VLOG(1) << "Mr::Register('" << label << "'): MADV_POPULATE_READ: " << std::strerror(errno)
+            << "; registering without it";
+  }
+}
 
 }  // namespace
 
@@ -66,6 +76,7 @@ absl::StatusOr<std::shared_ptr<Mr>> Mr::Register(std::shared_ptr<Pd> pd, void* a
       return s;
     }
   }
+  if (options.populate_first) PopulateForRegistration(first, last, options.label);
   ibv_mr* raw = options.iova ? ibv_reg_mr_iova2(pd->pd(), addr, length, *options.iova,
                                                 static_cast<unsigned>(options.access))
                              : ibv_reg_mr(pd->pd(), addr, length, options.access);

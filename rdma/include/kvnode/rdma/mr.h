@@ -65,6 +65,13 @@ struct MrOptions {
   // that would take this process's registered bytes over RLIMIT_MEMLOCK
   // (skipped when the process has CAP_IPC_LOCK, like the kernel does).
   bool check_memlock = true;
+  // Default false. Set for memory whose pages exist already (shared memory
+  // or a file that another process, or an earlier pass, filled): they are
+  // mapped with MADV_POPULATE_READ before registering, 16 pages per fault
+  // (the kernel's fault-around), where ibv_reg_mr would fault them one at a
+  // time. Not for fresh anonymous memory: a read maps the shared zero page,
+  // which a writable registration must then replace page by page.
+  bool populate_first = false;
   // Name for logs, leak reports and errors. Default "mr".
   std::string label = "mr";
   // Default null. Anything that must outlive the registration, typically
