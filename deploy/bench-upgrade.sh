@@ -19,6 +19,11 @@
 #   naive     the same schedule of naive restarts: SIGTERM, start the binary
 #             again (the arena is rebuilt from RocksDB), clients reconnect
 #   steady_c, live_c  steady and live again with GETs only (YCSB C)
+# BENCH_RUNS (default "steady live steady_c live_c naive") picks the runs, in
+# that order, e.g. "steady_c live_c" for the GET-only pair alone.
+# BENCH_ARENA=hugetlbfs (default shm: /dev/shm) puts the arena on a hugetlbfs
+# mount the guest makes, with the 2 MiB pages it needs reserved (root only):
+# the node's --arena_path, as a deployment with huge pages would run it.
 # A key count may carry its own number of events: BENCH_KEYS="10000:3 100000"
 # (three upgrades and three restarts at 1e4 keys, BENCH_EVENTS at 1e5): the
 # timeline plot (docs/BENCHMARKS.md) shows three events of one run side by side.
@@ -43,6 +48,12 @@ if [[ $mode == --inner ]]; then
   run_s=${BENCH_RUN_S:-40}
   at_s=${BENCH_AT_S:-5}
   events_default=${BENCH_EVENTS:-1}
+  runs=" ${BENCH_RUNS:-steady live steady_c live_c naive} "
+  arena_kind=${BENCH_ARENA:-shm}
+  case $arena_kind in
+    shm | hugetlbfs) ;;
+    *) echo "bench-upgrade: BENCH_ARENA=$arena_kind: want shm or hugetlbfs" >&2 && exit 2 ;;
+  esac
   # The node and kvload run from copies in /tmp (the guest's tmpfs), as
   # installed binaries run from a local disk: in deploy/rxe-vm the build
   # directory is a 9p share without a page cache, where each page of code a
@@ -59,9 +70,11 @@ if [[ $mode == --inner ]]; then
   node_pid=""
   child_pid=""
   last_ms=0
+  huge_dir=""
   cleanup() {
     [[ -n $node_pid ]] && kill -KILL "$node_pid" 2>/dev/null
     rm -rf "$bindir"
+    [[ -z $huge_dir ]] || { umount "$huge_dir" && rmdir "$huge_dir"; } || true
     return 0
   }
   trap cleanup EXIT
@@ -96,8 +109,9 @@ if [[ $mode == --inner ]]; then
     log_part+=$line
     return 1
   }
-  # log_await SECONDS REGEX: reads on (polling every 50 ms) until a line
-  # matches REGEX (BASH_REMATCH holds its groups); false at the deadline.
+  # log_await SECONDS REGEX [INTERVAL]: reads on (polling every INTERVAL s,
+  # default 0.05) until a line matches REGEX (BASH_REMATCH holds its
+  # groups); false at the deadline.
   log_await() {
     local deadline=$((SECONDS + $1)) re=$2
     for (( ; ; )); do
@@ -105,7 +119,7 @@ if [[ $mode == --inner ]]; then
         [[ $line =~ $re ]] && return 0
       done
       ((SECONDS < deadline)) || return 1
-      kv_nap 0.05 # polling a condition under a deadline
+      kv_nap "${3:-0.05}" # polling a condition under a deadline
     done
   }
   # --handshake_timeout_ms 60000: the node's default cut (5 s from accept to
@@ -115,8 +129,22 @@ if [[ $mode == --inner ]]; then
   # within 5s (state connecting); cut"), which ended kvload's run (1e5 keys,
   # session 3). The benchmark measures the upgrade, not that guard. (The
   # other cause of that Goodbye: see events_run.)
+  # huge_pages_for BYTES: a hugetlbfs mount (huge_dir) with enough 2 MiB
+  # pages reserved for an arena of BYTES; arena_flag names the arena's file.
+  arena_flag=()
+  huge_pages_for() {
+    local want=$((($1 >> 21) + 2))
+    if [[ -z $huge_dir ]]; then
+      huge_dir=$(mktemp -d /tmp/bench-upgrade-huge.XXXXXX)
+      mount -t hugetlbfs -o pagesize=2M none "$huge_dir" || die "cannot mount hugetlbfs (root?)"
+    fi
+    echo "$want" >/proc/sys/vm/nr_hugepages
+    (($(cat /proc/sys/vm/nr_hugepages) >= want)) ||
+      die "only $(cat /proc/sys/vm/nr_hugepages) of $want huge pages could be reserved"
+    arena_flag=(--arena_path "$huge_dir/arena")
+  }
   start_node() {
-    "$node" --listen "127.0.0.1:$port" --db_path "$dir/db" --shm_name "$shm" \
+    "$node" --listen "127.0.0.1:$port" --db_path "$dir/db" --shm_name "$shm" "${arena_flag[@]}" \
       --admin_socket "$admin" --auth_token_file "$token" --arena_size "$arena" \
       --sync_writes=false --max_clients 16 --handshake_timeout_ms 60000 \
       >>"$dir/kvnode.log" 2>&1 &
@@ -165,21 +193,50 @@ PY
     wait "$1" || rc=$?
     ((rc == 0)) || echo "old process $1 exited $rc"
   }
+  # exit_watch: a coprocess that, for each pid written to it, answers
+  # "armed" once it holds a pidfd of that process and "gone" once the
+  # process has exited (the pidfd turns readable), whether or not it is this
+  # shell's child. Started before a run's load, so that its start-up is not
+  # in the run: a bash loop polling every 50 ms took 0.36 s of the guest's
+  # CPU in a 3.3 s upgrade (perf, 1e6 keys, GET only) beside the upgrade's
+  # own 1.4 s, so that live runs paid for the harness and steady runs did
+  # not. Perl (perl-base) starts in 0.2 s in the TCG guest; 434 is
+  # pidfd_open's number on every architecture.
+  exit_watch() {
+    coproc EXIT_WATCH {
+      exec perl -e '$| = 1;
+        while (my $pid = <STDIN>) {
+          my $fd = syscall(434, $pid + 0, 0);
+          print "armed\n";
+          if ($fd >= 0 && open(my $fh, "<&=", $fd)) {
+            vec(my $r = "", fileno($fh), 1) = 1;
+            select($r, undef, undef, undef);
+            close($fh);
+          }
+          print "gone\n";
+        }'
+    }
+  }
   # One live upgrade; sets last_ms = signal -> old process exit, and keeps
   # the phases of N's "complete" line for phases_rows. The previous upgrade
   # ended with that line, so the node takes this signal.
+  #
+  # The old process's exit is awaited without polling, by exit_watch.
   live_event() {
-    local old=$node_pid t0
+    local old=$node_pid t0 word
+    echo "$old" >&"${EXIT_WATCH[1]}"
+    read -r -u "${EXIT_WATCH[0]}" word && [[ $word == armed ]] || die "no exit watch on $old"
     t0=${EPOCHREALTIME/./}
     kill -USR2 "$old"
-    kv_await 120 kv_gone "$old" || die "old process $old still alive 120 s after the signal"
+    read -r -t 120 -u "${EXIT_WATCH[0]}" word && [[ $word == gone ]] ||
+      die "old process $old still alive 120 s after the signal"
     last_ms=$(((${EPOCHREALTIME/./} - t0) / 1000))
     reap "$old"
     log_await 10 "Owned by pid ([0-9]+) generation $((gen + 1)) " ||
       die "old process $old exited, but no process owns generation $((gen + 1))"
     node_pid=${BASH_REMATCH[1]}
     # O's phases reach N with Gone, which N reads after its RocksDB open.
-    log_await 120 "upgrade: generation $((gen + 1)) complete; phases \(ms\): (.*)" ||
+    log_await 120 "upgrade: generation $((gen + 1)) complete; phases \(ms\): (.*)" 0.25 ||
       die "generation $((gen + 1)) did not complete within 120 s of the old process's exit"
     gen=$((gen + 1))
     printf 'event_ms=%s\nphases=%s\n' "$last_ms" "${BASH_REMATCH[1]}" >>"$dir/$name.phases"
@@ -221,6 +278,7 @@ PY
     local -a cmd
     local ready=0 end
     log_skip
+    [[ $kind == live ]] && exit_watch
     kvload_cmd "$name" --duration 100000
     "${cmd[@]}" >"$dir/$name.log" 2>&1 & # kvload itself, so that $! is its pid
     lp=$!
@@ -249,6 +307,11 @@ PY
     while ((SECONDS < t_start + run_s)); do kv_nap 0.2; done # at least run_s of load
     kill -TERM "$lp" 2>/dev/null || true # kvload drains what is in flight and reports
     wait "$lp" || true
+    if [[ $kind == live ]]; then
+      local to_watch=${EXIT_WATCH[1]}
+      exec {to_watch}>&- # perl ends at the end of its input
+      wait "$EXIT_WATCH_PID" || true
+    fi
     phases_rows "$name"
   }
   for spec in $keys_list; do
@@ -264,6 +327,7 @@ PY
     shm="kvnode-bench-$$-$keys"
     # ~200 bytes per key (object, slot, allocator) plus headroom.
     arena=$(((keys * 256 + (64 << 20)) / 4096 * 4096))
+    [[ $arena_kind == hugetlbfs ]] && huge_pages_for "$arena"
     t=$(date +%s%N)
     # kvload_cmd's --keys, --key_size (16, kvload's default) and --value_size.
     "$kvfill" --db_path "$dir/db" --keys "$keys" --key_size 16 --value_size 64 \
@@ -275,23 +339,22 @@ PY
     start_node
     start_ms=$((($(date +%s%N) - t) / 1000000))
     echo "== $keys keys ($events events per run): kvfill $fill_ms ms, cold start $start_ms ms" \
-      "(arena $arena bytes; $(grep -o 'store [^ ]*: [a-z-]* in .*' "$dir/kvnode.log" | tail -1 | cut -d' ' -f3-))"
-    load steady --duration "$run_s"
-    row "$keys" steady 0
-
-    events_run live live
-    row "$keys" live "$ev_ms"
-
+      "(arena $arena bytes on $arena_kind; $(grep -o 'store [^ ]*: [a-z-]* in .*' "$dir/kvnode.log" | tail -1 | cut -d' ' -f3-))"
     # GET only (YCSB C) beside A: what a reader sees across the same upgrades.
-    workload=C
-    load steady_c --duration "$run_s"
-    row "$keys" steady_c 0
-    events_run live_c live
-    row "$keys" live_c "$ev_ms"
-    workload=A
-
-    events_run naive naive
-    row "$keys" naive "$ev_ms"
+    for run in steady live steady_c live_c naive; do
+      [[ $runs == *" $run "* ]] || continue
+      workload=A
+      [[ $run == *_c ]] && workload=C
+      case $run in
+        steady*)
+          load "$run" --duration "$run_s"
+          ev_ms=0
+          ;;
+        live*) events_run "$run" live ;;
+        naive) events_run naive naive ;;
+      esac
+      row "$keys" "$run" "$ev_ms"
+    done
     grep -E "store .*: (rebuilt|reattached|created)" "$dir/kvnode.log" | tail -1 || true
     kill -TERM "$node_pid"
     kv_await 300 kv_gone "$node_pid" || die "node $node_pid still alive 300 s after SIGTERM"
@@ -314,5 +377,5 @@ if kv_active_device >/dev/null; then
   KVNODE_BUILD_DIR=$build exec deploy/bench-upgrade.sh --inner
 fi
 exec deploy/rxe-vm --rw "$build" -- env KVNODE_BUILD_DIR="$build" BENCH_KEYS="${BENCH_KEYS:-}" \
-  BENCH_EVENTS="${BENCH_EVENTS:-1}" \
+  BENCH_EVENTS="${BENCH_EVENTS:-1}" BENCH_RUNS="${BENCH_RUNS:-}" BENCH_ARENA="${BENCH_ARENA:-}" \
   BENCH_RUN_S="${BENCH_RUN_S:-40}" BENCH_AT_S="${BENCH_AT_S:-5}" "$PWD/deploy/bench-upgrade.sh" --inner
