@@ -32,7 +32,8 @@ kv_start_node "${UP_NODE_FLAGS[@]}"
 UP_FIRST_PID=$KV_PID
 base_qp=$(up_rdma_count qp "$KV_PID")
 base_mr=$(up_rdma_count mr "$KV_PID")
-kv_log "baseline: $base_qp QPs, $base_mr MRs; starting kvload, then $n upgrades"
+kv_log "baseline: $base_qp QPs, $base_mr MRs, $(grep -o 'arena /[^ ]* [0-9]* bytes' "$KV_LOG" | head -1);" \
+  "starting kvload, then $n upgrades"
 
 acks="$KV_DIR/acks.log"
 report="$KV_DIR/report.json"
