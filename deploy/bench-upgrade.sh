@@ -24,6 +24,9 @@
 # BENCH_ARENA=hugetlbfs (default shm: /dev/shm) puts the arena on a hugetlbfs
 # mount the guest makes, with the 2 MiB pages it needs reserved (root only):
 # the node's --arena_path, as a deployment with huge pages would run it.
+# BENCH_CPUS=NODE:LOAD (e.g. 0:1) pins the node (and so every generation it
+# spawns) and kvload to those CPU lists (taskset), as when clients run on
+# other machines than the node; default: both share every CPU.
 # A key count may carry its own number of events: BENCH_KEYS="10000:3 100000"
 # (three upgrades and three restarts at 1e4 keys, BENCH_EVENTS at 1e5): the
 # timeline plot (docs/BENCHMARKS.md) shows three events of one run side by side.
@@ -50,6 +53,11 @@ if [[ $mode == --inner ]]; then
   events_default=${BENCH_EVENTS:-1}
   runs=" ${BENCH_RUNS:-steady live steady_c live_c naive} "
   arena_kind=${BENCH_ARENA:-shm}
+  node_pin=() load_pin=()
+  if [[ -n ${BENCH_CPUS:-} ]]; then
+    node_pin=(taskset -c "${BENCH_CPUS%%:*}")
+    load_pin=(taskset -c "${BENCH_CPUS#*:}")
+  fi
   case $arena_kind in
     shm | hugetlbfs) ;;
     *) echo "bench-upgrade: BENCH_ARENA=$arena_kind: want shm or hugetlbfs" >&2 && exit 2 ;;
@@ -144,7 +152,7 @@ if [[ $mode == --inner ]]; then
     arena_flag=(--arena_path "$huge_dir/arena")
   }
   start_node() {
-    "$node" --listen "127.0.0.1:$port" --db_path "$dir/db" --shm_name "$shm" "${arena_flag[@]}" \
+    "${node_pin[@]}" "$node" --listen "127.0.0.1:$port" --db_path "$dir/db" --shm_name "$shm" "${arena_flag[@]}" \
       --admin_socket "$admin" --auth_token_file "$token" --arena_size "$arena" \
       --sync_writes=false --max_clients 16 --handshake_timeout_ms 60000 \
       >>"$dir/kvnode.log" 2>&1 &
@@ -163,7 +171,7 @@ if [[ $mode == --inner ]]; then
   kvload_cmd() {
     local name=$1
     shift
-    cmd=("$kvload" --server "127.0.0.1:$port" --auth_token_file "$token" --workload "$workload"
+    cmd=("${load_pin[@]}" "$kvload" --server "127.0.0.1:$port" --auth_token_file "$token" --workload "$workload"
       --keys "$keys" --value_size 64 --clients "$nclients" --threads 2 --depth 4 --seed 7
       --connect_timeout_ms 5000 --timeout_ms 300000 --progress=false
       --report "$dir/$name.json" "$@")
@@ -378,4 +386,5 @@ if kv_active_device >/dev/null; then
 fi
 exec deploy/rxe-vm --rw "$build" -- env KVNODE_BUILD_DIR="$build" BENCH_KEYS="${BENCH_KEYS:-}" \
   BENCH_EVENTS="${BENCH_EVENTS:-1}" BENCH_RUNS="${BENCH_RUNS:-}" BENCH_ARENA="${BENCH_ARENA:-}" \
+  BENCH_CPUS="${BENCH_CPUS:-}" \
   BENCH_RUN_S="${BENCH_RUN_S:-40}" BENCH_AT_S="${BENCH_AT_S:-5}" "$PWD/deploy/bench-upgrade.sh" --inner
