@@ -130,13 +130,6 @@ if [[ $mode == --inner ]]; then
       kv_nap "${3:-0.05}" # polling a condition under a deadline
     done
   }
-  # --handshake_timeout_ms 60000: the node's default cut (5 s from accept to
-  # Ready) counts a fresh kvload's own QP set-up and, after a restart, the new
-  # node's first verbs calls; under TCG on a loaded host these take longer,
-  # and the node answered ClientQp with Goodbye ("handshake not finished
-  # within 5s (state connecting); cut"), which ended kvload's run (1e5 keys,
-  # session 3). The benchmark measures the upgrade, not that guard. (The
-  # other cause of that Goodbye: see events_run.)
   # huge_pages_for BYTES: a hugetlbfs mount (huge_dir) with enough 2 MiB
   # pages reserved for an arena of BYTES; arena_flag names the arena's file.
   arena_flag=()
@@ -151,6 +144,13 @@ if [[ $mode == --inner ]]; then
       die "only $(cat /proc/sys/vm/nr_hugepages) of $want huge pages could be reserved"
     arena_flag=(--arena_path "$huge_dir/arena")
   }
+  # --handshake_timeout_ms 60000: the node's default cut (5 s from accept to
+  # Ready) counts a fresh kvload's own QP set-up and, after a restart, the new
+  # node's first verbs calls; under TCG on a loaded host these take longer,
+  # and the node answered ClientQp with Goodbye ("handshake not finished
+  # within 5s (state connecting); cut"), which ended kvload's run (1e5 keys,
+  # session 3). The benchmark measures the upgrade, not that guard. (The
+  # other cause of that Goodbye: see events_run.)
   start_node() {
     "${node_pin[@]}" "$node" --listen "127.0.0.1:$port" --db_path "$dir/db" --shm_name "$shm" "${arena_flag[@]}" \
       --admin_socket "$admin" --auth_token_file "$token" --arena_size "$arena" \

@@ -288,9 +288,9 @@ absl::Status ServerImpl::InitRegistrationAndDataPlane() {
   aopt.iova = 0;
   aopt.label = "arena";
   // The arena's pages exist: the old process (or Open) wrote them. Mapping
-  // them first cost 218-304 ms of CPU per 320 MiB of tmpfs, against 513-787
-  // ms for the registration alone (rxe in the TCG guest): CPU that a new
-  // process takes from the clients while the old one serves them.
+  // them first halves the registration's CPU (docs/rdma.md: 445 against 961
+  // ms per GiB of 4 KiB pages), CPU that a new process takes from the
+  // clients while the old one serves them.
   aopt.populate_first = true;
   absl::StatusOr<std::shared_ptr<rdma::Mr>> amr =
       rdma::Mr::Register(pd_, store_->arena_base(), store_->arena_size(), aopt);

@@ -13,9 +13,10 @@
 #                               each window (ns, same clock as T_BASE), one python run
 
 # Node flags of the upgrade e2e tests: the defaults (3 missed keepalives cut a
-# session), plus KV_UP_NODE_FLAGS (e.g. upgrade_hugetlbfs.sh's --arena_path). A client's Move handshake runs from Poll without blocking, so the
+# session). A client's Move handshake runs from Poll without blocking, so the
 # clients that share its thread keep answering keepalives (a blocking one
-# starved them into being cut).
+# starved them into being cut). KV_UP_NODE_FLAGS adds flags (split at
+# spaces), e.g. upgrade_hugetlbfs.sh's --arena_path.
 read -ra UP_NODE_FLAGS <<<"${KV_UP_NODE_FLAGS:-}"
 
 up_make_builds() {
