@@ -31,6 +31,13 @@ kv_gid_index() {
   echo 0
 }
 
+# Prints DEVICE port 1's counters (`rdma statistic`: rxe's sent_pkts,
+# rcvd_pkts, duplicate_request, ...) as "name value" lines.
+kv_port_counters() { # DEVICE
+  rdma statistic show link "$1/1" 2>/dev/null | tr ' ' '\n' | awk 'NF' |
+    awk 'prev != "" && $0 ~ /^[0-9]+$/ {print prev, $0} {prev = $0}'
+}
+
 # True while a TCP port is listening (IPv4 or IPv6). Reads /proc, no fork:
 # under TCG an `ss | grep` costs 0.1 s of CPU or more. Each file is read whole
 # (mapfile): a `read` loop left early keeps the rest in bash's input buffer.

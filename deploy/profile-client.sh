@@ -33,7 +33,7 @@ samples() {
   perf report -i "$1" --stdio --no-children -g none --sort comm,dso,sym -F sample,comm,dso,sym \
     --percent-limit 0 2>/dev/null | grep -v '^#' | grep -v '^$'
 }
-sent_pkts() { rdma statistic show link "$dev/1" | grep -o 'sent_pkts [0-9]*' | grep -o '[0-9]*$'; }
+sent_pkts() { kv_port_counters "$dev" | awk '$1 == "sent_pkts" {print $2}'; }
 past_start() { (($(sent_pkts) >= $1 + 2000)); }
 # Context switches and tasklet runs so far, all CPUs (/proc/stat, /proc/softirqs).
 kernel_events() {

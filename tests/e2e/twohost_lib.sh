@@ -101,10 +101,7 @@ th_netem() {
 TH_COUNTERS=(sent_pkts rcvd_pkts duplicate_request out_of_seq_request rcvd_seq_err
   ack_deferred retry_exceeded_err completer_retry_err link_downed)
 declare -A TH_C0=()
-th_counters_now() { # -> "name value" lines
-  rdma statistic show link rxe0/1 2>/dev/null | tr ' ' '\n' | awk 'NF' |
-    awk 'prev != "" && $0 ~ /^[0-9]+$/ {print prev, $0} {prev = $0}'
-}
+th_counters_now() { kv_port_counters rxe0; } # -> "name value" lines
 th_counters_begin() {
   local k v
   TH_C0=()
