@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The arena in a file on hugetlbfs (--arena_path), as a deployment with huge
-# pages runs it (a new process registers 320 MiB of it in ~12 ms of CPU,
-# against ~450 ms for /dev/shm's 4 KiB pages: docs/rdma.md). Runs
+# pages runs it (registration at ~40 ms per GiB of CPU, against ~445 ms per
+# GiB for /dev/shm's 4 KiB pages: docs/rdma.md). Runs
 # upgrade_live.sh (KV_UPGRADES, default 1: verified YCSB A load across a live
 # upgrade, the ack-log audit, the verbs objects) with the node's arena there,
 # then checks that the arena was that file, that it is gone after the
