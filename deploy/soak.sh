@@ -16,7 +16,8 @@ usage: deploy/soak.sh [options]
 
 N consecutive live upgrades (SIGUSR2; every 5th by `kvctl upgrade`) of one
 kvnode, alternating between two builds that differ in their build id, under
-`kvload --verify` (8 clients, YCSB A, depth 4, ack log). Along the way:
+`kvload --verify` (8 clients on a thread per CPU up to 4, YCSB A, depth 4, ack
+log). Along the way:
   churn   every C upgrades a second, short-lived kvload (2 clients, --verify,
           its own keys) joins (before the signal, or right after it on every
           other round, i.e. while the upgrade runs) and leaves after the
@@ -402,7 +403,7 @@ UP_FIRST_PID=$KV_PID
 
 acks="$KV_DIR/acks.log"
 "$KV_KVLOAD" --server "$KV_ADDR" --auth_token_file "$KV_TOKEN" --workload A --clients "$clients" \
-  --threads 4 --depth 4 --keys "$keys" --value_size 64 --preload --duration 1000000 --verify \
+  --threads "$(kv_load_threads)" --depth 4 --keys "$keys" --value_size 64 --preload --duration 1000000 --verify \
   --ack_log "$acks" --report "$KV_DIR/report.json" --seed "$seed" --connect_timeout_ms 5000 \
   --timeout_ms "$op_timeout" >"$KV_DIR/kvload.out" 2>"$KV_DIR/kvload.log" &
 load_pid=$!
@@ -514,7 +515,8 @@ for ((i = 1; i <= upgrades; i++)); do
   done_ups=$i
   owned_ms+=($(((UP_OWNED_NS - UP_SIG_NS) / 1000000)))
   windows+=("$UP_SIG_NS:$UP_EXIT_NS")
-  bid=$(kv_admin stats | grep -o '"build_id":"[^"]*"' | cut -d'"' -f4)
+  bid=$(kv_admin stats) bid_re='"build_id":"([^"]*)"'
+  [[ $bid =~ $bid_re ]] && bid=${BASH_REMATCH[1]}
   want="build-b"
   ((i % 2 == 0)) && want="build-a"
   [[ $bid == "$want" ]] || soak_fail "upgrade $i: build id $bid, expected $want"
@@ -528,8 +530,9 @@ for ((i = 1; i <= upgrades; i++)); do
   check_load "$KV_DIR/kvload.log" "$load_pid" kvload
   t_chk=$(kv_now_ns) WAITED_FOR=""
   kv_wait_for 120 steady || soak_fail "upgrade $i: not back to the steady state within 120 s (waited for: $WAITED_FOR): $(state_line) children '$S_CHILD' shm '$S_SHM' foreign $S_FOREIGN (start: QP $B_QP/$B_TQP MR $B_MR/$B_TMR fd $B_FD shm $B_SHM; fds now: $(fd_list "$KV_PID"); at start: $B_FDS)"
-  printf '[soak %s] upgrade %d/%d: %s -> %s (%s) owned %d ms, old exit %d ms, steady %d ms later%s (%s%s); %s\n' \
-    "$(date +%H:%M:%S)" "$i" "$upgrades" "$UP_OLD" "$UP_NEW" "$bid" \
+  # printf's %(...)T, not date: under the load an exec of date took 0.6 s.
+  printf '[soak %(%H:%M:%S)T] upgrade %d/%d: %s -> %s (%s) owned %d ms, old exit %d ms, steady %d ms later%s (%s%s); %s\n' \
+    -1 "$i" "$upgrades" "$UP_OLD" "$UP_NEW" "$bid" \
     $(((UP_OWNED_NS - UP_SIG_NS) / 1000000)) $(((UP_EXIT_NS - UP_SIG_NS) / 1000000)) \
     $((($(kv_now_ns) - t_chk) / 1000000)) "${WAITED_FOR:+ (waited for: $WAITED_FOR)}" "$how" "$note" "$(state_line)"
 done

@@ -38,7 +38,7 @@ kv_log "baseline: $base_qp QPs, $base_mr MRs, $(grep -o 'arena /[^ ]* [0-9]* byt
 acks="$KV_DIR/acks.log"
 report="$KV_DIR/report.json"
 "$KV_KVLOAD" --server "$KV_ADDR" --auth_token_file "$KV_TOKEN" --workload A --clients 8 \
-  --threads 4 --depth 4 --keys 2000 --value_size 64 --preload --duration 100000 --verify \
+  --threads "$(kv_load_threads)" --depth 4 --keys 2000 --value_size 64 --preload --duration 100000 --verify \
   --ack_log "$acks" --report "$report" --progress=false --connect_timeout_ms 5000 --timeout_ms "${KV_OP_TIMEOUT_MS:-30000}" \
   >"$KV_DIR/kvload.log" 2>&1 &
 load_pid=$!
