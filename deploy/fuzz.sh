@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets of tests/fuzz/ with clang into build-fuzz/ and
-# runs each, one after the other, for a bounded time starting from its
+# runs each, as many at once as there are CPUs, for a bounded time from its
 # committed seed corpus (read only: the committed corpus is never modified).
 # Fails on any crash, sanitizer report, leak or timeout, printing the
 # reproducer's path. Prints per target: executions, exec/s, wall time,
@@ -17,6 +17,7 @@
 #                                        temporary directory, removed)
 #   KVNODE_FUZZ_BUILD=DIR                build dir (default build-fuzz)
 #   KVNODE_FUZZ_JOBS=N                   make -j (default 2)
+#   KVNODE_FUZZ_PARALLEL=N               targets run at once (default: CPUs)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -32,7 +33,7 @@ while (($#)); do
     --only) only+=("$2"); shift 2 ;;
     --max-len) max_len=$2; shift 2 ;;
     --corpus) keep=$2; shift 2 ;;
-    -h | --help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "fuzz.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -56,9 +57,9 @@ make -C "$build" -j "${KVNODE_FUZZ_JOBS:-2}" --no-print-directory \
 
 out="$build/fuzz-runs"
 mkdir -p "$out"
-failed=()
-printf '%-16s %12s %8s %7s %6s %7s %7s  %s\n' target executions exec/s wall_s cov ft corpus result
-for t in "${targets[@]}"; do
+# run_one TARGET: runs it and writes its table row to $out/TARGET/row.
+run_one() {
+  local t=$1 work rc=0 start wall execs rate last cov ft corp artifacts="" result f
   # The first directory receives the new inputs; the committed seeds are read
   # from the second.
   if [[ -n $keep ]]; then
@@ -68,12 +69,11 @@ for t in "${targets[@]}"; do
     work=$(mktemp -d "${TMPDIR:-/tmp}/kvnode-fuzz-$t.XXXXXX")
   fi
   mkdir -p "$out/$t"
-  rm -f "$out/$t"/crash-* "$out/$t"/leak-* "$out/$t"/timeout-* "$out/$t"/oom-*
-  args=(-max_total_time="$seconds" -timeout=10 -print_final_stats=1
-        -artifact_prefix="$out/$t/")
+  rm -f "$out/$t"/crash-* "$out/$t"/leak-* "$out/$t"/timeout-* "$out/$t"/oom-* "$out/$t/row"
+  local args=(-max_total_time="$seconds" -timeout=10 -print_final_stats=1
+              -artifact_prefix="$out/$t/")
   [[ -n $runs ]] && args+=(-runs="$runs")
   [[ -n $max_len ]] && args+=(-max_len="$max_len")
-  rc=0
   start=$SECONDS
   "$build/tests/fuzz/fuzz_$t" "${args[@]}" "$work" tests/fuzz/corpus/"$t" >"$out/$t/log" 2>&1 ||
     rc=$?
@@ -85,18 +85,34 @@ for t in "${targets[@]}"; do
   cov=$(sed -n 's/.*cov: \([0-9]*\).*/\1/p' <<<"$last")
   ft=$(sed -n 's/.*ft: \([0-9]*\).*/\1/p' <<<"$last")
   corp=$(sed -n 's/.*corp: \([0-9]*\/[0-9]*[a-zA-Z]*\).*/\1/p' <<<"$last")
-  artifacts=""
   for f in "$out/$t"/{crash,leak,timeout,oom}-*; do
     if [[ -e $f ]]; then artifacts+="${artifacts:+ }${f##*/}"; fi
   done
   if ((rc != 0)) || [[ -n $artifacts ]]; then
     result="FAILED (exit $rc) $out/$t/log ${artifacts:+$out/$t/$artifacts}"
-    failed+=("$t")
   else
     result=ok
   fi
   printf '%-16s %12s %8s %7s %6s %7s %7s  %s\n' "$t" "${execs:-?}" "${rate:-?}" "$wall" "${cov:-?}" \
-    "${ft:-?}" "${corp:-?}" "$result"
+    "${ft:-?}" "${corp:-?}" "$result" >"$out/$t/row"
+}
+
+# Each target is one process on one CPU: as many run at once as there are CPUs.
+par=${KVNODE_FUZZ_PARALLEL:-$(nproc)}
+running=0
+for t in "${targets[@]}"; do
+  run_one "$t" &
+  if ((++running >= par)); then
+    wait -n || true
+    running=$((running - 1))
+  fi
+done
+wait
+printf '%-16s %12s %8s %7s %6s %7s %7s  %s\n' target executions exec/s wall_s cov ft corpus result
+failed=()
+for t in "${targets[@]}"; do
+  if [[ -s $out/$t/row ]]; then cat "$out/$t/row"; else echo "$t: no result ($out/$t/log)"; fi
+  [[ $(cat "$out/$t/row" 2>/dev/null) == *" ok" ]] || failed+=("$t")
 done
 
 if ((${#failed[@]})); then
