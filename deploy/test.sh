@@ -14,6 +14,8 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source deploy/lib.sh
+# Section headers carry the time since the start: CI keeps only the output.
+section() { printf '== [%d:%02d] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*"; }
 
 unit_only=0
 [[ ${1:-} == --unit ]] && unit_only=1
@@ -23,20 +25,20 @@ filter=()
 
 deploy/install-deps.sh
 
-echo "== layout and format"
+section "layout and format"
 deploy/check-layout.sh
 find base rdma storage proto upgrade server node client tools tests \( -name '*.cc' -o -name '*.h' \) \
   -print0 | xargs -0 clang-format --dry-run --Werror
 echo "clang-format: clean"
 
-echo "== configure and build (build/)"
+section "configure and build (build/)"
 mkdir -p build
 cmake --fresh -S . -B build -DCMAKE_BUILD_TYPE=Release -DKVNODE_WERROR=ON >build/configure.log ||
   { cat build/configure.log; exit 1; }
 cmake --build build -j "$jobs"
 
 # The lock annotations (ABSL_GUARDED_BY, ...) are checked by clang only.
-echo "== clang -Wthread-safety -Werror: the libraries (build-tsa/)"
+section "clang -Wthread-safety -Werror: the libraries (build-tsa/)"
 CC=clang CXX=clang++ cmake --fresh -S . -B build-tsa -DCMAKE_BUILD_TYPE=Debug -DKVNODE_WERROR=ON \
   -DCMAKE_CXX_FLAGS=-Wthread-safety >build/configure-tsa.log || { cat build/configure-tsa.log; exit 1; }
 cmake --build build-tsa -j "$jobs" --target kvbase kvrdma kvstorage kvproto kvupgrade kvserver \
@@ -44,21 +46,22 @@ cmake --build build-tsa -j "$jobs" --target kvbase kvrdma kvstorage kvproto kvup
   { grep -B2 -A6 -E 'error|warning' build/build-tsa.log; exit 1; }
 echo "thread-safety analysis: clean"
 
-echo "== unit tests (host)"
+section "unit tests (host)"
 (cd build && ctest -L unit --output-on-failure --no-tests=error -j "$jobs" "${filter[@]}") | tee build/unit.log
 ((unit_only)) && exit 0
 
 # Device tests: ctest's log is kept so that skips can be counted.
 device_ctest=(ctest -L 'rdma|e2e' --output-on-failure --no-tests=error "${filter[@]}")
 if dev=$(kv_active_device); then
-  echo "== device tests (native, $dev)"
+  section "device tests (native, $dev)"
   rc=0
   (cd build && "${device_ctest[@]}") | tee build/device.log || rc=$?
 else
-  echo "== device tests (no verbs device on this host: Soft-RoCE rxe0 in deploy/rxe-vm)"
+  section "device tests (no verbs device on this host: Soft-RoCE rxe0 in deploy/rxe-vm)"
   rc=0
-  # The suite takes ~16 min in the guest on an idle 2-core host; the guest's
-  # limit leaves room for a host twice as slow (RXE_VM_TIMEOUT overrides it).
+  # The suite took 1324 s (22 min) in the guest on an idle 2-core host; the
+  # guest's limit leaves room for a host 2.5 times as slow (RXE_VM_TIMEOUT
+  # overrides it).
   deploy/rxe-vm --timeout "${RXE_VM_TIMEOUT:-3600}" -- bash -c 'cd build && "$@"' _ "${device_ctest[@]}" |
     tee build/device.log || rc=$?
 fi
@@ -76,7 +79,7 @@ fi
 # inside the guest above). Short variants (TH_LONG unset): 417 s for the four
 # on this 2-core host while three other guests ran on it (docs/twohost.md),
 # within the 8 min they are budgeted in CI's 35.
-echo "== two-host tests (deploy/rxe-vm --two-host: node on 10.77.0.1, clients on 10.77.0.2)"
+section "two-host tests (deploy/rxe-vm --two-host: node on 10.77.0.1, clients on 10.77.0.2)"
 th_t0=$SECONDS
 rc=0
 no_tests=error
@@ -95,7 +98,7 @@ fi
 # process), 6 s of steady load: ~2-3 min in the TCG guest, most of it the
 # upgrades themselves.
 if [[ -z ${KVNODE_TEST_FILTER:-} ]]; then
-  echo "== deploy/demo.sh --no-build (short: DEMO_KEYS=2000 DEMO_UPGRADES=2 DEMO_DURATION=6)"
+  section "deploy/demo.sh --no-build (short: DEMO_KEYS=2000 DEMO_UPGRADES=2 DEMO_DURATION=6)"
   rc=0
   DEMO_KEYS=2000 DEMO_UPGRADES=2 DEMO_DURATION=6 RXE_VM_TIMEOUT=600 deploy/demo.sh --no-build ||
     rc=$?
@@ -105,7 +108,7 @@ if [[ -z ${KVNODE_TEST_FILTER:-} ]]; then
   fi
 fi
 
-echo "== fuzzing (every libFuzzer target for a few seconds; clang build in build-fuzz/)"
+section "fuzzing (every libFuzzer target for a few seconds; clang build in build-fuzz/)"
 deploy/fuzz.sh
 
 summary() { # LOG -> "passed failed"
@@ -117,3 +120,4 @@ read -r t_total t_failed < <(summary build/twohost.log) || true
 t_total=${t_total:-0} t_failed=${t_failed:-0}
 echo "unit: $((u_total - u_failed)) passed, $u_failed failed; device: $((d_total - d_failed)) passed, $d_failed failed; two-host: $((t_total - t_failed)) passed, $t_failed failed"
 echo "$((u_total + d_total + t_total - u_failed - d_failed - t_failed)) passed, $((u_failed + d_failed + t_failed)) failed"
+section "done"
