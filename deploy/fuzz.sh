@@ -15,6 +15,7 @@
 #   deploy/fuzz.sh --corpus DIR          keep the inputs found in DIR/<target>
 #                                        (reused by the next run; default: a
 #                                        temporary directory, removed)
+#   deploy/fuzz.sh --build-only          build the targets, run none
 #   KVNODE_FUZZ_BUILD=DIR                build dir (default build-fuzz)
 #   KVNODE_FUZZ_JOBS=N                   make -j (default 2)
 #   KVNODE_FUZZ_PARALLEL=N               targets run at once (default: CPUs)
@@ -25,6 +26,7 @@ seconds=5
 runs=""
 max_len=""
 keep=""
+build_only=0
 only=()
 while (($#)); do
   case $1 in
@@ -33,7 +35,8 @@ while (($#)); do
     --only) only+=("$2"); shift 2 ;;
     --max-len) max_len=$2; shift 2 ;;
     --corpus) keep=$2; shift 2 ;;
-    -h | --help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --build-only) build_only=1; shift ;;
+    -h | --help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "fuzz.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -54,6 +57,7 @@ CC=clang CXX=clang++ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -D
 make -C "$build" -j "${KVNODE_FUZZ_JOBS:-2}" --no-print-directory \
   "${targets[@]/#/fuzz_}" >"$build/fuzz-build.log" 2>&1 ||
   { tail -40 "$build/fuzz-build.log"; exit 1; }
+((build_only)) && { echo "fuzz.sh: built ${#targets[@]} targets"; exit 0; }
 
 out="$build/fuzz-runs"
 mkdir -p "$out"

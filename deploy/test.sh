@@ -5,8 +5,10 @@
 # one, otherwise inside deploy/rxe-vm (Soft-RoCE in a QEMU guest), then the
 # two-host tests (ctest label twohost: node and clients on two guests of
 # deploy/rxe-vm --two-host joined by one virtual link; their short variants),
-# then the README's demo (deploy/demo.sh --no-build) the same way. Fails when
-# any device test was skipped instead of run, or when the demo fails.
+# then the README's demo (deploy/demo.sh --no-build) the same way, then the
+# fuzz targets; the clang builds (thread-safety analysis, fuzz targets) run in
+# the background meanwhile. Fails when any device test was skipped instead of
+# run, or when the demo fails.
 #
 #   deploy/test.sh            everything
 #   deploy/test.sh --unit     only the host unit tests
@@ -38,13 +40,29 @@ cmake --fresh -S . -B build -DCMAKE_BUILD_TYPE=Release -DKVNODE_WERROR=ON >build
 cmake --build build -j "$jobs"
 
 # The lock annotations (ABSL_GUARDED_BY, ...) are checked by clang only.
-section "clang -Wthread-safety -Werror: the libraries (build-tsa/)"
-CC=clang CXX=clang++ cmake --fresh -S . -B build-tsa -DCMAKE_BUILD_TYPE=Debug -DKVNODE_WERROR=ON \
-  -DCMAKE_CXX_FLAGS=-Wthread-safety >build/configure-tsa.log || { cat build/configure-tsa.log; exit 1; }
-cmake --build build-tsa -j "$jobs" --target kvbase kvrdma kvstorage kvproto kvupgrade kvserver \
-  kvnode_node kvclient kvload_core kvfill_lib >build/build-tsa.log ||
-  { grep -B2 -A6 -E 'error|warning' build/build-tsa.log; exit 1; }
-echo "thread-safety analysis: clean"
+tsa_build() {
+  CC=clang CXX=clang++ cmake --fresh -S . -B build-tsa -DCMAKE_BUILD_TYPE=Debug -DKVNODE_WERROR=ON \
+    -DCMAKE_CXX_FLAGS=-Wthread-safety >build/configure-tsa.log 2>&1 || { cat build/configure-tsa.log; return 1; }
+  cmake --build build-tsa -j "$jobs" --target kvbase kvrdma kvstorage kvproto kvupgrade kvserver \
+    kvnode_node kvclient kvload_core kvfill_lib >build/build-tsa.log 2>&1 ||
+    { grep -B2 -A6 -E 'error|warning' build/build-tsa.log; return 1; }
+  echo "thread-safety analysis: clean"
+}
+if ((unit_only)); then
+  section "clang -Wthread-safety -Werror: the libraries (build-tsa/)"
+  tsa_build
+else
+  # With the device tests to come, the thread-safety build and the fuzz build
+  # run beside them at the lowest priority: they take the CPU time the guests
+  # leave idle (a fifth of the two cores during the device tests) instead of
+  # minutes of their own. Their result is read before the fuzz runs.
+  section "in the background at nice 19: clang -Wthread-safety (build-tsa/), the fuzz build (build-fuzz/)"
+  export jobs
+  export -f tsa_build
+  setsid -w nice -n 19 bash -c 'tsa_build && deploy/fuzz.sh --build-only' >build/background.log 2>&1 &
+  bg_pid=$!
+  trap 'kill -- -"$bg_pid" 2>/dev/null || true' EXIT
+fi
 
 section "unit tests (host)"
 (cd build && ctest -L unit --output-on-failure --no-tests=error -j "$jobs" "${filter[@]}") | tee build/unit.log
@@ -107,6 +125,14 @@ if [[ -z ${KVNODE_TEST_FILTER:-} ]]; then
     exit "$rc"
   fi
 fi
+
+section "the background builds: thread-safety analysis, fuzz targets"
+if ! wait "$bg_pid"; then
+  cat build/background.log
+  echo "deploy/test.sh: the thread-safety build or the fuzz build failed"
+  exit 1
+fi
+cat build/background.log
 
 section "fuzzing (every libFuzzer target for a few seconds; clang build in build-fuzz/)"
 deploy/fuzz.sh
