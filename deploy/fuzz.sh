@@ -115,8 +115,9 @@ wait
 printf '%-16s %12s %8s %7s %6s %7s %7s  %s\n' target executions exec/s wall_s cov ft corpus result
 failed=()
 for t in "${targets[@]}"; do
-  if [[ -s $out/$t/row ]]; then cat "$out/$t/row"; else echo "$t: no result ($out/$t/log)"; fi
-  [[ $(cat "$out/$t/row" 2>/dev/null) == *" ok" ]] || failed+=("$t")
+  row=$(cat "$out/$t/row" 2>/dev/null) || row="$t: no result ($out/$t/log)"
+  echo "$row"
+  [[ $row == *" ok" ]] || failed+=("$t")
 done
 
 if ((${#failed[@]})); then

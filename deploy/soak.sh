@@ -515,8 +515,8 @@ for ((i = 1; i <= upgrades; i++)); do
   done_ups=$i
   owned_ms+=($(((UP_OWNED_NS - UP_SIG_NS) / 1000000)))
   windows+=("$UP_SIG_NS:$UP_EXIT_NS")
-  bid=$(kv_admin stats) bid_re='"build_id":"([^"]*)"'
-  [[ $bid =~ $bid_re ]] && bid=${BASH_REMATCH[1]}
+  stats=$(kv_admin stats) bid='?' bid_re='"build_id":"([^"]*)"'
+  [[ $stats =~ $bid_re ]] && bid=${BASH_REMATCH[1]}
   want="build-b"
   ((i % 2 == 0)) && want="build-a"
   [[ $bid == "$want" ]] || soak_fail "upgrade $i: build id $bid, expected $want"
