@@ -211,32 +211,34 @@ children_of() {
   echo "${words[*]}"
 }
 clients_are() { [[ $(kv_stat clients) == "$1" ]]; }
-# KIND PID -> "objects-of-PID's-threads all-objects kvnode-objects-of-other-pids"
-# (`rdma resource show` names the thread that created an object, as
-# up_rdma_count in upgrade_lib.sh explains).
+# PID -> "QPs: of-PID's-threads all kvnode's-of-other-pids MRs: the same", from
+# one `rdma` call for both kinds (QP lines begin "link", MR lines "dev").
+# `rdma resource show` names the thread that created an object, as
+# up_rdma_count in upgrade_lib.sh explains.
 rdma_counts() {
-  local t tids=" " l p own=0 all=0 foreign=0 re='.* pid ([0-9]+)( |$)'
-  for t in /proc/"$2"/task/*; do tids+="${t##*/} "; done
+  local t tids=" " l p k re='.* pid ([0-9]+)( |$)'
+  local -A n=([link_own]=0 [link_all]=0 [link_foreign]=0 [dev_own]=0 [dev_all]=0 [dev_foreign]=0)
+  for t in /proc/"$1"/task/*; do tids+="${t##*/} "; done
   while read -r l; do
-    [[ -n $l ]] || continue
-    all=$((all + 1))
+    k=${l%% *}
+    [[ $k == link || $k == dev ]] || continue
+    n[${k}_all]=$((n[${k}_all] + 1))
     p=""
     [[ " $l" =~ $re ]] && p=${BASH_REMATCH[1]}
     if [[ -n $p && $tids == *" $p "* ]]; then
-      own=$((own + 1))
+      n[${k}_own]=$((n[${k}_own] + 1))
     elif [[ " $l" == *" comm kvnode"* ]]; then
-      foreign=$((foreign + 1))
+      n[${k}_foreign]=$((n[${k}_foreign] + 1))
     fi
-  done < <(rdma resource show "$1" 2>/dev/null)
-  echo "$own $all $foreign"
+  done < <(printf 'resource show qp\nresource show mr\n' | rdma -b - 2>/dev/null)
+  echo "${n[link_own]} ${n[link_all]} ${n[link_foreign]} ${n[dev_own]} ${n[dev_all]} ${n[dev_foreign]}"
 }
 
 # Sets S_QP S_MR (the node's) S_TQP S_TMR (system-wide: kvload's too) S_FOREIGN
 # (kvnode objects of other processes) S_FD S_RSS S_CHILD S_SHM.
 snapshot() {
   local fq fm
-  read -r S_QP S_TQP fq < <(rdma_counts qp "$KV_PID")
-  read -r S_MR S_TMR fm < <(rdma_counts mr "$KV_PID")
+  read -r S_QP S_TQP fq S_MR S_TMR fm < <(rdma_counts "$KV_PID")
   S_FOREIGN=$((fq + fm))
   S_FD=$(fd_count "$KV_PID")
   S_RSS=$(rss_kib "$KV_PID")
@@ -274,14 +276,14 @@ steady() {
 }
 state_line() { echo "clients $(kv_stat clients) QP $S_QP/$S_TQP MR $S_MR/$S_TMR fd $S_FD rss ${S_RSS}KiB"; }
 
-# Last progress line of a kvload log -> "failed verify_err stale".
+# Last progress line of a kvload log -> "failed verify_err stale" ("0 0 0"
+# before the first, which kvload prints after 1 s). One exec: the log's tail.
 load_errors() {
-  local l
-  # No progress line yet (kvload prints its first after 1 s): grep's exit 1
-  # must not end the function under pipefail, which ended the whole script.
-  l=$(grep -a '^\[' "$1" | tail -n 1 || true)
-  [[ -n $l ]] || { echo "0 0 0"; return; }
-  sed -E 's/.*failed ([0-9]+) +verify_err ([0-9]+) +stale ([0-9]+).*/\1 \2 \3/' <<<"$l"
+  local l lines last="" re='failed ([0-9]+) +verify_err ([0-9]+) +stale ([0-9]+)'
+  mapfile -t lines < <(tail -n 64 "$1" 2>/dev/null)
+  for l in "${lines[@]}"; do [[ $l == '['* ]] && last=$l; done
+  [[ $last =~ $re ]] || { echo "0 0 0"; return; }
+  echo "${BASH_REMATCH[1]} ${BASH_REMATCH[2]} ${BASH_REMATCH[3]}"
 }
 check_load() { # LOG PID NAME: alive and no error yet
   local f v s
@@ -424,22 +426,21 @@ kv_log "steady state: $(state_line), shm: $B_SHM"
 # One attempt with CELL armed in N: expect a rollback (same generation, rollbacks
 # +1, writes resumed, N reaped), then the steady state.
 fault_attempt() {
-  local cell=$1 gen rb t0 ms
-  gen=$(up_ping_field generation)
-  rb=$(kv_stat rollbacks)
-  rb=${rb%.*}
-  local puts
-  puts=$(kv_stat ops_put)
+  local cell=$1 t0 ms a rb puts same
+  a=$(kv_admin stats) || soak_fail "fault $cell: no stats before the attempt"
+  [[ $a =~ \"rollbacks\":([0-9]+) ]] && rb=${BASH_REMATCH[1]}
+  [[ $a =~ \"ops_put\":([0-9]+) ]] && puts=${BASH_REMATCH[1]}
+  [[ $a =~ \"generation\":[0-9]+, ]] && same=${BASH_REMATCH[0]}
   echo "$cell" >"$bins/fault"
   t0=$(kv_now_ns)
   kill -USR2 "$KV_PID"
-  rolled_back() { kv_stat_at_least rollbacks $((rb + 1)) && up_not_in_progress; }
-  kv_wait_for 120 rolled_back || soak_fail "fault $cell: no rollback within 120 s (generation $(up_ping_field generation))"
+  a=$(kv_admin_until 120 stats "\"rollbacks\":$((rb + 1))," '"upgrade_in_progress":false') ||
+    soak_fail "fault $cell: no rollback within 120 s ($(kv_admin ping))"
   ms=$((($(kv_now_ns) - t0) / 1000000))
   : >"$bins/fault"
-  [[ $(up_ping_field generation) == "$gen" && $(up_ping_field pid) == "$KV_PID" ]] ||
-    soak_fail "fault $cell: expected generation $gen on pid $KV_PID after the rollback, got $(kv_admin ping)"
-  kv_wait_for 60 kv_stat_at_least ops_put $((${puts%.*} + 100)) || soak_fail "fault $cell: writes did not resume"
+  [[ $a == *"$same"* && $a == *"\"pid\":$KV_PID,"* ]] ||
+    soak_fail "fault $cell: expected $same on pid $KV_PID after the rollback, got $(kv_admin ping)"
+  kv_wait_for 60 kv_stat_at_least ops_put $((puts + 100)) || soak_fail "fault $cell: writes did not resume"
   faults=$((faults + 1))
   cell_count[$cell]=$((${cell_count[$cell]:-0} + 1))
   ((ms > ${cell_ms[$cell]:-0})) && cell_ms[$cell]=$ms
@@ -515,8 +516,8 @@ for ((i = 1; i <= upgrades; i++)); do
   done_ups=$i
   owned_ms+=($(((UP_OWNED_NS - UP_SIG_NS) / 1000000)))
   windows+=("$UP_SIG_NS:$UP_EXIT_NS")
-  stats=$(kv_admin stats) bid='?' bid_re='"build_id":"([^"]*)"'
-  [[ $stats =~ $bid_re ]] && bid=${BASH_REMATCH[1]}
+  bid='?' bid_re='"build_id":"([^"]*)"'
+  [[ $UP_STATS =~ $bid_re ]] && bid=${BASH_REMATCH[1]}
   want="build-b"
   ((i % 2 == 0)) && want="build-a"
   [[ $bid == "$want" ]] || soak_fail "upgrade $i: build id $bid, expected $want"

@@ -66,6 +66,15 @@ kv_wait_for() {
 # One admin request through the Unix socket, by a static binary (python, kvctl
 # or any dynamically linked client start far too slowly under TCG).
 kv_admin() { "$KV_ADMIN_REQUEST" "$KV_ADMIN" "$*"; }
+# kv_admin_until SECONDS REQUEST TEXT... -> the first answer to REQUEST that
+# contains every TEXT, polled inside one process (no exec per poll); status 1
+# when SECONDS pass first.
+kv_admin_until() {
+  local s=$1 req=$2 t args=()
+  shift 2
+  for t in "$@"; do args+=(--until "$t"); done
+  "$KV_ADMIN_REQUEST" "${args[@]}" --wait_s "$s" "$KV_ADMIN" "$req"
+}
 
 # kv_stat KEY -> the number of a flat key of `stats`, or of an error kind
 # (errors.KIND). Names are unique in the answer, so a grep suffices.

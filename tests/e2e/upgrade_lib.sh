@@ -83,21 +83,25 @@ up_phases() {
 }
 
 UP_FIRST_PID=""
+# One live upgrade of the node (kill = SIGUSR2, kvctl = the admin command),
+# waited for to the end. Sets UP_OLD UP_NEW, UP_SIG_NS UP_OWNED_NS (the new
+# generation answers) UP_EXIT_NS (the old process is gone), UP_STATS (the new
+# process's stats once no upgrade is in progress) and KV_PID.
 up_upgrade() {
-  local how=${1:-kill}
-  local gen
-  gen=$(up_ping_field generation)
-  UP_OLD=$(up_ping_field pid)
+  local how=${1:-kill} a gen re_gen='"generation":([0-9]+)' re_pid='"pid":([0-9]+)'
+  a=$(kv_admin ping) || kv_fail "node does not answer ping before the upgrade"
+  [[ $a =~ $re_gen ]] && gen=${BASH_REMATCH[1]}
+  [[ $a =~ $re_pid ]] && UP_OLD=${BASH_REMATCH[1]}
   UP_SIG_NS=$(kv_now_ns)
   if [[ $how == kvctl ]]; then
     "$KV_KVCTL" --admin_socket "$KV_ADMIN" upgrade >/dev/null || kv_fail "kvctl upgrade refused"
   else
     kill -USR2 "$UP_OLD"
   fi
-  kv_wait_for 90 up_generation_is $((gen + 1)) ||
+  a=$(kv_admin_until 90 ping "\"generation\":$((gen + 1)),") ||
     kv_fail "generation $((gen + 1)) did not answer within 90 s of the upgrade request"
   UP_OWNED_NS=$(kv_now_ns)
-  UP_NEW=$(up_ping_field pid)
+  [[ $a =~ $re_pid ]] && UP_NEW=${BASH_REMATCH[1]}
   kv_wait_for 30 up_gone "$UP_OLD" || kv_fail "old process $UP_OLD still alive 30 s after Owned"
   UP_EXIT_NS=$(kv_now_ns)
   if [[ $UP_OLD == "$UP_FIRST_PID" ]]; then
@@ -105,8 +109,9 @@ up_upgrade() {
     wait "$UP_OLD" || rc=$?
     [[ $rc -eq 0 ]] || kv_fail "old process $UP_OLD exited $rc"
   fi
+  UP_STATS=$(kv_admin_until 30 stats '"upgrade_in_progress":false') ||
+    kv_fail "upgrade still in progress on $UP_NEW 30 s after the old process exited"
   kv_wait_for 5 up_exit_logged "$UP_OLD" || kv_fail "old process $UP_OLD did not log exit 0"
-  kv_wait_for 30 up_not_in_progress || kv_fail "upgrade still in progress on $UP_NEW"
   KV_PID=$UP_NEW
 }
 
