@@ -428,9 +428,9 @@ kv_log "steady state: $(state_line), shm: $B_SHM"
 fault_attempt() {
   local cell=$1 t0 ms a rb puts same
   a=$(kv_admin stats) || soak_fail "fault $cell: no stats before the attempt"
-  [[ $a =~ \"rollbacks\":([0-9]+) ]] && rb=${BASH_REMATCH[1]}
-  [[ $a =~ \"ops_put\":([0-9]+) ]] && puts=${BASH_REMATCH[1]}
-  [[ $a =~ \"generation\":[0-9]+, ]] && same=${BASH_REMATCH[0]}
+  rb=$(kv_json_num "$a" rollbacks)
+  puts=$(kv_json_num "$a" ops_put)
+  same="\"generation\":$(kv_json_num "$a" generation),"
   echo "$cell" >"$bins/fault"
   t0=$(kv_now_ns)
   kill -USR2 "$KV_PID"

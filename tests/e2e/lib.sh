@@ -79,9 +79,15 @@ kv_admin_until() {
 # kv_stat KEY -> the number of a flat key of `stats`, or of an error kind
 # (errors.KIND). Names are unique in the answer, so a grep suffices.
 kv_stat() {
-  local re="\"${1##*.}\":([0-9.]+)" a # last component: names are unique in the answer
+  local a
   a=$(kv_admin stats) || return 1
-  [[ $a =~ $re ]] && echo "${BASH_REMATCH[1]}"
+  kv_json_num "$a" "${1##*.}" # last component: names are unique in the answer
+}
+# kv_json_num ANSWER KEY -> the number of "KEY" in an admin answer; status 1
+# when it has none.
+kv_json_num() {
+  local re="\"$2\":([0-9.]+)"
+  [[ $1 =~ $re ]] && echo "${BASH_REMATCH[1]}"
 }
 
 # Number of objects (qp|mr) the kernel lists for PID (default: the node).

@@ -68,9 +68,9 @@ up_gone() {
 up_exit_logged() { grep -q "kvnode: exit 0 (pid $1," "$KV_LOG"; }
 
 up_ping_field() {
-  local re="\"$1\":([0-9]+)" a
+  local a
   a=$(kv_admin ping) || return 1
-  [[ $a =~ $re ]] && echo "${BASH_REMATCH[1]}"
+  kv_json_num "$a" "$1"
 }
 up_generation_is() { [[ $(up_ping_field generation) == "$1" ]]; }
 up_not_in_progress() { [[ $(kv_admin stats) == *'"upgrade_in_progress":false'* ]]; }
@@ -88,10 +88,10 @@ UP_FIRST_PID=""
 # generation answers) UP_EXIT_NS (the old process is gone), UP_STATS (the new
 # process's stats once no upgrade is in progress) and KV_PID.
 up_upgrade() {
-  local how=${1:-kill} a gen re_gen='"generation":([0-9]+)' re_pid='"pid":([0-9]+)'
+  local how=${1:-kill} a gen
   a=$(kv_admin ping) || kv_fail "node does not answer ping before the upgrade"
-  [[ $a =~ $re_gen ]] && gen=${BASH_REMATCH[1]}
-  [[ $a =~ $re_pid ]] && UP_OLD=${BASH_REMATCH[1]}
+  gen=$(kv_json_num "$a" generation)
+  UP_OLD=$(kv_json_num "$a" pid)
   UP_SIG_NS=$(kv_now_ns)
   if [[ $how == kvctl ]]; then
     "$KV_KVCTL" --admin_socket "$KV_ADMIN" upgrade >/dev/null || kv_fail "kvctl upgrade refused"
@@ -101,7 +101,7 @@ up_upgrade() {
   a=$(kv_admin_until 90 ping "\"generation\":$((gen + 1)),") ||
     kv_fail "generation $((gen + 1)) did not answer within 90 s of the upgrade request"
   UP_OWNED_NS=$(kv_now_ns)
-  [[ $a =~ $re_pid ]] && UP_NEW=${BASH_REMATCH[1]}
+  UP_NEW=$(kv_json_num "$a" pid)
   kv_wait_for 30 up_gone "$UP_OLD" || kv_fail "old process $UP_OLD still alive 30 s after Owned"
   UP_EXIT_NS=$(kv_now_ns)
   if [[ $UP_OLD == "$UP_FIRST_PID" ]]; then
