@@ -27,6 +27,11 @@
 # BENCH_CPUS=NODE:LOAD (e.g. 0:1) pins the node (and so every generation it
 # spawns) and kvload to those CPU lists (taskset), as when clients run on
 # other machines than the node; default: both share every CPU.
+# BENCH_TWO_HOST=1 runs kvload on another machine: the node on the "server"
+# guest of `deploy/rxe-vm --two-host` (10.77.0.1, 1 vCPU), kvload on the
+# "client" guest (10.77.0.2, 1 vCPU), one virtual link between them; the
+# harness stays with the node and starts and stops kvload through files in
+# build/bench-twohost/ (kvload's logs and reports stay there).
 # A key count may carry its own number of events: BENCH_KEYS="10000:3 100000"
 # (three upgrades and three restarts at 1e4 keys, BENCH_EVENTS at 1e5): the
 # timeline plot (docs/BENCHMARKS.md) shows three events of one run side by side.
@@ -58,6 +63,17 @@ if [[ $mode == --inner ]]; then
     node_pin=(taskset -c "${BENCH_CPUS%%:*}")
     load_pin=(taskset -c "${BENCH_CPUS#*:}")
   fi
+  two_host=${BENCH_TWO_HOST:-}
+  share=${BENCH_SHARE:-}
+  node_host=127.0.0.1
+  qp_flags=()
+  if [[ -n $two_host ]]; then
+    node_host=${RXE_VM_ADDR:?BENCH_TWO_HOST runs under deploy/rxe-vm --two-host}
+    node_pin=() load_pin=() # one vCPU per guest
+    # RC timers for a link between two TCG guests (tests/e2e/twohost_lib.sh
+    # explains them): both ends, or a late ACK fails a QP.
+    qp_flags=(--qp_timeout 16 --qp_retry_cnt 3)
+  fi
   case $arena_kind in
     shm | hugetlbfs) ;;
     *) echo "bench-upgrade: BENCH_ARENA=$arena_kind: want shm or hugetlbfs" >&2 && exit 2 ;;
@@ -72,6 +88,30 @@ if [[ $mode == --inner ]]; then
   cp "$build/node/kvnode" "$build/tools/kvload" "$bindir/"
   node=$bindir/kvnode
   kvload=$bindir/kvload
+  # The client guest of BENCH_TWO_HOST runs each kvload the server's harness
+  # asks for: load.N in the share holds the log's path and the command (one
+  # word per line); stop.N asks for the drain (SIGTERM, kvload reports);
+  # done.N holds kvload's exit code. The polls are 9p stats, 0.2 s apart
+  # while kvload runs.
+  if [[ -n $two_host && $RXE_VM_ROLE == client ]]; then
+    n=1
+    for (( ; ; n++)); do
+      until [[ -e $share/load.$n ]]; do
+        [[ -e $share/finished ]] && exit 0
+        [[ -s $RXE_VM_PEER_RC ]] && { echo "bench-upgrade: the server guest exited first"; exit 1; }
+        kv_nap 0.05 # polling a condition: the server's next run
+      done
+      mapfile -t words <"$share/load.$n"
+      words[1]=$kvload # this guest's copy
+      "${words[@]:1}" >"${words[0]}" 2>&1 &
+      pid=$!
+      until [[ -e $share/stop.$n ]] || kv_gone "$pid"; do kv_nap 0.2; done
+      kill -TERM "$pid" 2>/dev/null || true
+      rc=0
+      wait "$pid" || rc=$?
+      echo "$rc" >"$share/.done.$n" && mv "$share/.done.$n" "$share/done.$n"
+    done
+  fi
   kvfill=$build/tools/kvfill
   results=$(mktemp /tmp/bench-upgrade.XXXXXX.txt)
   nclients=4 # kvload's clients (control connections, QPs)
@@ -81,6 +121,7 @@ if [[ $mode == --inner ]]; then
   huge_dir=""
   cleanup() {
     [[ -n $node_pid ]] && kill -KILL "$node_pid" 2>/dev/null
+    [[ -z $two_host ]] || : >"$share/finished" # the client guest's agent ends
     rm -rf "$bindir"
     [[ -z $huge_dir ]] || { umount "$huge_dir" && rmdir "$huge_dir"; } || true
     return 0
@@ -152,7 +193,7 @@ if [[ $mode == --inner ]]; then
   # session 3). The benchmark measures the upgrade, not that guard. (The
   # other cause of that Goodbye: see events_run.)
   start_node() {
-    "${node_pin[@]}" "$node" --listen "127.0.0.1:$port" --db_path "$dir/db" --shm_name "$shm" "${arena_flag[@]}" \
+    "${node_pin[@]}" "$node" --listen "$node_host:$port" "${qp_flags[@]}" --db_path "$dir/db" --shm_name "$shm" "${arena_flag[@]}" \
       --admin_socket "$admin" --auth_token_file "$token" --arena_size "$arena" \
       --sync_writes=false --max_clients 16 --handshake_timeout_ms 60000 \
       >>"$dir/kvnode.log" 2>&1 &
@@ -171,18 +212,45 @@ if [[ $mode == --inner ]]; then
   kvload_cmd() {
     local name=$1
     shift
-    cmd=("${load_pin[@]}" "$kvload" --server "127.0.0.1:$port" --auth_token_file "$token" --workload "$workload"
+    cmd=("${load_pin[@]}" "$kvload" --server "$node_host:$port" --auth_token_file "$token" --workload "$workload"
       --keys "$keys" --value_size 64 --clients "$nclients" --threads 2 --depth 4 --seed 7
-      --connect_timeout_ms 5000 --timeout_ms 300000 --progress=false
-      --report "$dir/$name.json" "$@")
+      --connect_timeout_ms 5000 --timeout_ms 300000 --progress=false "${qp_flags[@]}"
+      --report "$rdir/$name.json" "$@")
+  }
+  # load_start NAME: runs cmd (kvload_cmd's), its output in rdir/NAME.log,
+  # here or on the client guest; load_running: it has not exited;
+  # load_end [stop]: waits for its exit (after a SIGTERM with stop).
+  load_seq=0 lp=""
+  load_start() {
+    if [[ -n $two_host ]]; then
+      load_seq=$((load_seq + 1))
+      printf '%s\n' "$rdir/$1.log" "${cmd[@]}" >"$share/.load.$load_seq"
+      mv "$share/.load.$load_seq" "$share/load.$load_seq"
+    else
+      "${cmd[@]}" >"$rdir/$1.log" 2>&1 &
+      lp=$!
+    fi
+  }
+  load_running() {
+    if [[ -n $two_host ]]; then [[ ! -e $share/done.$load_seq ]]; else ! kv_gone "$lp"; fi
+  }
+  load_end() {
+    if [[ -n $two_host ]]; then
+      [[ ${1:-} != stop ]] || : >"$share/stop.$load_seq"
+      kv_await 900 test -e "$share/done.$load_seq" || die "kvload on the client guest did not end"
+    else
+      [[ ${1:-} != stop ]] || kill -TERM "$lp" 2>/dev/null || true
+      wait "$lp" || true
+    fi
   }
   load() { # load NAME [extra kvload flags]
     kvload_cmd "$@"
-    "${cmd[@]}" >"$dir/$1.log" 2>&1
+    load_start "$1"
+    KV_AWAIT_INTERVAL=0.2 load_end
   }
   row() { # row KEYS NAME EVENT_MS[/EVENT_MS...]
-    [[ -s $dir/$2.json ]] || { echo "$1 $2: no kvload report ($(tail -n 2 "$dir/$2.log" | tr '\n' ' '))"; return 0; }
-    python3 - "$dir/$2.json" "$1" "$2" "$3" <<'PY' | tee -a "$results"
+    [[ -s $rdir/$2.json ]] || { echo "$1 $2: no kvload report ($(tail -n 2 "$rdir/$2.log" | tr '\n' ' '))"; return 0; }
+    python3 - "$rdir/$2.json" "$1" "$2" "$3" <<'PY' | tee -a "$results"
 import json, sys
 r = json.load(open(sys.argv[1]))
 l = r["latency_us"]
@@ -282,14 +350,13 @@ PY
   }
   # events_run NAME live|naive: kvload under the event schedule; sets ev_ms.
   events_run() {
-    local name=$1 kind=$2 lp i t_start
+    local name=$1 kind=$2 i t_start
     local -a cmd
     local ready=0 end
     log_skip
     [[ $kind == live ]] && exit_watch
     kvload_cmd "$name" --duration 100000
-    "${cmd[@]}" >"$dir/$name.log" 2>&1 & # kvload itself, so that $! is its pid
-    lp=$!
+    load_start "$name"
     # The schedule starts when all of kvload's sessions are Ready, not when
     # it was started: under TCG a fresh kvload's start and handshake can take
     # longer than BENCH_AT_S, and a first event inside kvload's initial
@@ -301,7 +368,7 @@ PY
       if log_await 1 "session ready: client "; then
         ready=$((ready + 1))
       else
-        kill -0 "$lp" 2>/dev/null || break # kvload gave up: its log says why
+        load_running || break # kvload gave up: its log says why
       fi
     done
     t_start=$SECONDS
@@ -313,8 +380,7 @@ PY
       kv_nap "$at_s" # the schedule: steady load after each event
     done
     while ((SECONDS < t_start + run_s)); do kv_nap 0.2; done # at least run_s of load
-    kill -TERM "$lp" 2>/dev/null || true # kvload drains what is in flight and reports
-    wait "$lp" || true
+    load_end stop # kvload drains what is in flight and reports
     if [[ $kind == live ]]; then
       local to_watch=${EXIT_WATCH[1]}
       exec {to_watch}>&- # perl ends at the end of its input
@@ -327,8 +393,10 @@ PY
     events=$events_default
     [[ $spec == *:* ]] && events=${spec#*:}
     dir=$(mktemp -d /tmp/bench-upgrade.XXXXXX)
+    rdir=$dir # kvload's logs and reports
+    [[ -z $two_host ]] || { rdir=$share/$keys && mkdir -p "$rdir"; }
     echo "$events" >"$dir/events.txt" # for deploy/bench-all.sh's plot titles
-    token="$dir/token"
+    token="$rdir/token"
     (umask 077 && head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$token")
     admin="$dir/admin/admin.sock"
     port=$((7100 + RANDOM % 500))
@@ -381,10 +449,19 @@ if [[ $mode != --no-build ]]; then
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
   cmake --build "$build" -j 2 --target kvnode kvload kvfill
 fi
-if kv_active_device >/dev/null; then
+if [[ -z ${BENCH_TWO_HOST:-} ]] && kv_active_device >/dev/null; then
   KVNODE_BUILD_DIR=$build exec deploy/bench-upgrade.sh --inner
 fi
-exec deploy/rxe-vm --rw "$build" -- env KVNODE_BUILD_DIR="$build" BENCH_KEYS="${BENCH_KEYS:-}" \
-  BENCH_EVENTS="${BENCH_EVENTS:-1}" BENCH_RUNS="${BENCH_RUNS:-}" BENCH_ARENA="${BENCH_ARENA:-}" \
-  BENCH_CPUS="${BENCH_CPUS:-}" \
-  BENCH_RUN_S="${BENCH_RUN_S:-40}" BENCH_AT_S="${BENCH_AT_S:-5}" "$PWD/deploy/bench-upgrade.sh" --inner
+settings=(KVNODE_BUILD_DIR="$build" BENCH_KEYS="${BENCH_KEYS:-}" BENCH_EVENTS="${BENCH_EVENTS:-1}"
+  BENCH_RUNS="${BENCH_RUNS:-}" BENCH_ARENA="${BENCH_ARENA:-}" BENCH_CPUS="${BENCH_CPUS:-}"
+  BENCH_RUN_S="${BENCH_RUN_S:-40}" BENCH_AT_S="${BENCH_AT_S:-5}")
+if [[ -z ${BENCH_TWO_HOST:-} ]]; then
+  exec deploy/rxe-vm --rw "$build" -- env "${settings[@]}" "$PWD/deploy/bench-upgrade.sh" --inner
+fi
+share=$build/bench-twohost
+rm -rf "$share"
+mkdir -p "$share"
+# 2 GiB per guest: the server's /tmp (tmpfs) holds the arena and RocksDB
+# (1e6 keys: ~330 MB and ~100 MB).
+exec deploy/rxe-vm --two-host --memory 2048 --rw "$build" --results "$share" -- \
+  env "${settings[@]}" BENCH_TWO_HOST=1 BENCH_SHARE="$share" "$PWD/deploy/bench-upgrade.sh" --inner
