@@ -189,11 +189,14 @@ fd_list() { find "/proc/$1/fd" -mindepth 1 -maxdepth 1 -printf '%l\n' 2>/dev/nul
 # /proc files are read whole with mapfile: a `read` loop left early keeps the
 # rest of the file in bash's input buffer for that fd number, and the next
 # `read` from a redirected file gets those lines instead of its own.
+# "RSS KiB (anon A, file F, shmem S)": the arena's pages count as shmem, the
+# heap (RocksDB's memtables and table readers among it) as anon.
 rss_kib() {
-  local l lines=()
+  local l lines=() re='^(VmRSS|RssAnon|RssFile|RssShmem):[[:space:]]+([0-9]+)'
+  local -A v=()
   { mapfile -t lines; } 2>/dev/null <"/proc/$1/status"
-  for l in "${lines[@]}"; do [[ $l =~ ^VmRSS:[[:space:]]+([0-9]+) ]] && { echo "${BASH_REMATCH[1]}"; return; }; done
-  echo "?"
+  for l in "${lines[@]}"; do [[ $l =~ $re ]] && v[${BASH_REMATCH[1]}]=${BASH_REMATCH[2]}; done
+  echo "${v[VmRSS]:-?} KiB (anon ${v[RssAnon]:-?}, file ${v[RssFile]:-?}, shmem ${v[RssShmem]:-?})"
 }
 shm_list() {
   local f out=""
@@ -274,7 +277,7 @@ steady() {
   [[ " $WAITED_FOR " == *" ${why# } "* ]] || WAITED_FOR+="${WAITED_FOR:+,}${why# }"
   return 1
 }
-state_line() { echo "clients $(kv_stat clients) QP $S_QP/$S_TQP MR $S_MR/$S_TMR fd $S_FD rss ${S_RSS}KiB"; }
+state_line() { echo "clients $(kv_stat clients) QP $S_QP/$S_TQP MR $S_MR/$S_TMR fd $S_FD rss $S_RSS"; }
 
 # Last progress line of a kvload log -> "failed verify_err stale" ("0 0 0"
 # before the first, which kvload prints after 1 s). One exec: the log's tail.
@@ -369,8 +372,8 @@ PY
   else
     echo "kvload:    no report (kvload did not finish)"
   fi
-  echo "state:     start: QP $B_QP (all $B_TQP), MR $B_MR (all $B_TMR), fd $B_FD, RSS ${B_RSS} KiB"
-  echo "           end:   QP $S_QP (all $S_TQP), MR $S_MR (all $S_TMR), fd $S_FD, RSS ${S_RSS} KiB"
+  echo "state:     start: QP $B_QP (all $B_TQP), MR $B_MR (all $B_TMR), fd $B_FD, RSS $B_RSS"
+  echo "           end:   QP $S_QP (all $S_TQP), MR $S_MR (all $S_TMR), fd $S_FD, RSS $S_RSS"
   [[ -n $fault_cells ]] && echo "cells drawn (seed $seed):$fault_cells"
   echo "work dir:  ${KV_DIR:-?}$( ((keep || rc != 0)) && echo " (kept)" || echo " (removed)")"
   return 0
