@@ -190,7 +190,7 @@ fd_list() { find "/proc/$1/fd" -mindepth 1 -maxdepth 1 -printf '%l\n' 2>/dev/nul
 # rest of the file in bash's input buffer for that fd number, and the next
 # `read` from a redirected file gets those lines instead of its own.
 # "RSS KiB (anon A, file F, shmem S)": the arena's pages count as shmem, the
-# heap (RocksDB's memtables and table readers among it) as anon.
+# heap (RocksDB, the clients' dedupe windows) as anon.
 rss_kib() {
   local l lines=() re='^(VmRSS|RssAnon|RssFile|RssShmem):[[:space:]]+([0-9]+)'
   local -A v=()
