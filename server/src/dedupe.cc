@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -44,26 +45,36 @@ uint64_t GetU64(const char* p) {
 DedupeWindow::DedupeWindow(size_t capacity) : capacity_(std::max<size_t>(capacity, 1)) {}
 
 const DedupeEntry* DedupeWindow::Find(uint64_t sequence) const {
-  auto it = entries_.find(sequence);
-  return it == entries_.end() ? nullptr : &it->second;
+  if (order_.empty() || sequence > max_recorded_) return nullptr;
+  // From the newest end: a retry is of a recent write. A client that sends
+  // old sequences on purpose costs itself one scan of the window each.
+  for (auto it = order_.rbegin(); it != order_.rend(); ++it) {
+    if (it->sequence == sequence) return &*it;
+  }
+  return nullptr;
+}
+
+DedupeEntry* DedupeWindow::FindEntry(uint64_t sequence) {
+  return const_cast<DedupeEntry*>(std::as_const(*this).Find(sequence));
 }
 
 void DedupeWindow::Record(const DedupeEntry& e) {
-  auto [it, inserted] = entries_.insert_or_assign(e.sequence, e);
-  (void)it;
-  if (!inserted) return;  // same sequence answered again: keep its place
-  order_.push_back(e.sequence);
+  if (DedupeEntry* same = FindEntry(e.sequence); same != nullptr) {
+    *same = e;  // same sequence answered again: keep its place
+    return;
+  }
+  order_.push_back(e);
+  max_recorded_ = std::max(max_recorded_, e.sequence);
   // The entry newest_n_ places back from the end has just left Newest()'s
   // n newest: its floor covers it from now on.
   if (newest_n_ != kNoNewestCache && order_.size() > newest_n_) {
-    const uint64_t left = order_[order_.size() - 1 - newest_n_];
+    const uint64_t left = order_[order_.size() - 1 - newest_n_].sequence;
     if (!has_newest_floor_ || left > newest_floor_) newest_floor_ = left;
     has_newest_floor_ = true;
   }
   while (order_.size() > capacity_) {
-    const uint64_t old = order_.front();
+    const uint64_t old = order_.front().sequence;
     order_.pop_front();
-    entries_.erase(old);
     if (!has_floor_ || old > floor_) floor_ = old;
     has_floor_ = true;
     // Newest()'s floor already covers `old` unless it was one of the n
@@ -77,8 +88,7 @@ void DedupeWindow::Record(const DedupeEntry& e) {
 
 DedupeWindow::Exported DedupeWindow::Export() const {
   Exported out;
-  out.entries.reserve(order_.size());
-  for (uint64_t seq : order_) out.entries.push_back(entries_.at(seq));
+  out.entries.assign(order_.begin(), order_.end());
   out.has_floor = has_floor_;
   out.floor = floor_;
   return out;
@@ -98,7 +108,8 @@ void DedupeWindow::SetNewestCache(size_t n) const {
   newest_floor_ = floor_;
   const size_t skip = order_.size() > n ? order_.size() - n : 0;
   for (size_t i = 0; i < skip; ++i) {
-    if (!has_newest_floor_ || order_[i] > newest_floor_) newest_floor_ = order_[i];
+    const uint64_t seq = order_[i].sequence;
+    if (!has_newest_floor_ || seq > newest_floor_) newest_floor_ = seq;
     has_newest_floor_ = true;
   }
 }
@@ -109,8 +120,7 @@ DedupeWindow::Exported DedupeWindow::Newest(size_t n) const {
   out.has_floor = has_newest_floor_;
   out.floor = newest_floor_;
   const size_t skip = order_.size() > n ? order_.size() - n : 0;
-  out.entries.reserve(order_.size() - skip);
-  for (size_t i = skip; i < order_.size(); ++i) out.entries.push_back(entries_.at(order_[i]));
+  out.entries.assign(order_.begin() + static_cast<std::ptrdiff_t>(skip), order_.end());
   return out;
 }
 

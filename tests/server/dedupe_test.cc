@@ -1,9 +1,12 @@
 #include "kvnode/server/dedupe.h"
 
 #include <gtest/gtest.h>
+#include <malloc.h>
 
 #include <algorithm>
+#include <memory>
 #include <random>
+#include <vector>
 
 namespace kvnode::server {
 namespace {
@@ -51,6 +54,39 @@ TEST(DedupeWindow, RecordingTheSameSequenceTwiceKeepsOneEntry) {
   w.Record(E(1, 2));
   EXPECT_EQ(w.size(), 1u);
   EXPECT_EQ(w.Find(1)->version, 2u);
+}
+
+// Bytes the heap has handed out (glibc's count, every arena).
+size_t HeapInUse() {
+  const struct mallinfo2 m = mallinfo2();
+  return m.uordblks + m.hblkhd;
+}
+
+// The node keeps a window per client id it remembers, departed clients
+// included (--max_client_records of them): what a full one costs is what
+// those cost.
+TEST(DedupeWindow, AFullWindowCostsAbout24BytesPerEntry) {
+  {
+    const size_t before = HeapInUse();
+    auto probe = std::make_unique<volatile char[]>(1 << 20);
+    probe[0] = 1;
+    if (HeapInUse() - before < (1u << 20)) {
+      GTEST_SKIP() << "mallinfo2() does not see this allocator (a sanitizer build?)";
+    }
+  }
+  constexpr size_t kWindows = 64;
+  constexpr size_t kCapacity = 1024;
+  std::vector<DedupeWindow> windows;
+  windows.reserve(kWindows);
+  const size_t before = HeapInUse();
+  for (size_t i = 0; i < kWindows; ++i) {
+    DedupeWindow& w = windows.emplace_back(kCapacity);
+    for (uint64_t s = 1; s <= 2 * kCapacity; ++s) w.Record(E(s));  // full, and turned over
+    ASSERT_EQ(w.size(), kCapacity);
+  }
+  const double per_entry =
+      static_cast<double>(HeapInUse() - before) / static_cast<double>(kWindows * kCapacity);
+  EXPECT_LE(per_entry, 32.0) << "sizeof(DedupeEntry) is " << sizeof(DedupeEntry);
 }
 
 TEST(DedupeWindow, ExportImportRoundTrip) {

@@ -20,6 +20,14 @@
 // it to the next process. Thread safety: none, const calls included (Newest()
 // updates a cache); owned by the data-plane thread.
 //
+// Memory: the entries themselves in record order, 24 bytes each, and no
+// index. The node keeps a window for every client id it remembers (up to
+// --max_client_records, most of them departed clients), so the window's size
+// is what those cost. Lookups stay cheap without an index: a client's
+// sequences rise, so a new write is above every recorded sequence (one
+// comparison), and a retry is among the newest entries (a short scan from the
+// newest end).
+//
 // Across crashes (docs/format.md "Client records"): every applied write also
 // stores, in the same RocksDB batch, its client's newest entries (as many as
 // the client may have RPCs outstanding, --rpc_credits) and a floor covering
@@ -38,7 +46,6 @@
 #include <string_view>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 
 namespace kvnode::server {
@@ -92,9 +99,11 @@ class DedupeWindow {
   // is one). Maintained by Record once a Newest call has set newest_n_.
   void SetNewestCache(size_t n) const;
 
+  DedupeEntry* FindEntry(uint64_t sequence);
+
   size_t capacity_;
-  std::deque<uint64_t> order_;  // sequences, oldest first
-  absl::flat_hash_map<uint64_t, DedupeEntry> entries_;
+  std::deque<DedupeEntry> order_;  // oldest recorded first
+  uint64_t max_recorded_ = 0;      // highest sequence ever recorded: Find's fast path
   bool has_floor_ = false;
   uint64_t floor_ = 0;  // highest forgotten sequence
   // Newest()'s cache (a cache: mutable; the window has one owning thread).
