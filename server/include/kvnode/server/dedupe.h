@@ -99,6 +99,7 @@ class DedupeWindow {
   // is one). Maintained by Record once a Newest call has set newest_n_.
   void SetNewestCache(size_t n) const;
 
+  // Find, writable: Record replaces an answer in place.
   DedupeEntry* FindEntry(uint64_t sequence);
 
   size_t capacity_;
