@@ -8,9 +8,11 @@
 #include <climits>
 #include <cstdlib>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "kvnode/base/version.h"
 #include "kvnode/node/node.h"
@@ -121,6 +123,24 @@ DEFINE_int64(upgrade_write_pause_limit_ms, 20000,
 DEFINE_int64(upgrade_step_deadline_ms, 30000,
              "live upgrade: deadline of the old process's steps that have none of their own "
              "(memtable flush, RocksDB close); the watchdog rolls back 2 s after it");
+
+namespace {
+
+// Replaces this process by a cold start of the same binary and flags as
+// `generation`: what a supervisor would do once nothing serves, done at once
+// and under the same pid. Returns only if the exec failed.
+void RestartCold(const std::vector<std::string>& start_argv, uint64_t generation) {
+  std::vector<std::string> args = kvnode::upgrade::WithoutHandoffArg(start_argv);
+  args.push_back(absl::StrCat("--generation=", generation));
+  std::vector<char*> argvp;
+  for (std::string& a : args) argvp.push_back(a.data());
+  argvp.push_back(nullptr);
+  google::FlushLogFiles(google::GLOG_INFO);
+  execv("/proc/self/exe", argvp.data());
+  PLOG(ERROR) << "kvnode: exec /proc/self/exe for a cold start";
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   // Everything the node creates is its user's only: RocksDB's directory and
@@ -243,6 +263,13 @@ int main(int argc, char** argv) {
       // Nothing of the old process's was disturbed; leave without running
       // destructors that could touch the shared arena.
       LOG(ERROR) << "kvnode: not taking over: " << taken.status();
+      if (std::optional<uint64_t> g = up::ColdStartGeneration(taken.status())) {
+        // The old process died before HandOver and the takeover failed
+        // (e.g. O died inside the arena's heap allocator): a cold start
+        // rebuilds the arena from RocksDB and serves the same port.
+        LOG(WARNING) << "kvnode: nothing serves: starting again cold as generation " << *g;
+        RestartCold(start_argv, *g);
+      }
       google::FlushLogFiles(google::GLOG_INFO);
       _exit(absl::IsFailedPrecondition(taken.status()) ? 2 : 4);
     }

@@ -9,7 +9,9 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "kvnode/node/node.h"
@@ -30,6 +32,9 @@ void SendAbort(HandoffChannel& ch, AbortCode code, const absl::Status& why) {
   }
 }
 
+// The payload that marks a TakeOver error as one after O's death.
+constexpr absl::string_view kColdStartPayload = "kvnode.upgrade/cold-start-generation";
+
 AbortCode CodeFor(const absl::Status& s) {
   if (absl::IsAborted(s) && absl::StrContains(s.message(), "injected")) {
     return AbortCode::kInjectedFault;
@@ -39,6 +44,13 @@ AbortCode CodeFor(const absl::Status& s) {
 }
 
 }  // namespace
+
+std::optional<uint64_t> ColdStartGeneration(const absl::Status& takeover_error) {
+  const auto p = takeover_error.GetPayload(kColdStartPayload);  // absl::optional<absl::Cord>
+  uint64_t generation = 0;
+  if (!p || !absl::SimpleAtoi(std::string(*p), &generation)) return std::nullopt;
+  return generation;
+}
 
 absl::StatusOr<std::pair<std::unique_ptr<server::Server>, std::unique_ptr<NewSideTail>>> TakeOver(
     server::ServerOptions options, const std::string& handoff_flag,
@@ -100,10 +112,13 @@ absl::StatusOr<std::pair<std::unique_ptr<server::Server>, std::unique_ptr<NewSid
     return created.status();
   }
   std::unique_ptr<server::Server> srv = std::move(*created);
-  // From here on an error leaks `srv` on purpose: the caller _exit()s
-  // without running destructors that would touch the shared arena.
-  auto fail = [&](const absl::Status& s, bool tell) -> absl::Status {
+  // O died before HandOver: from then on an error leaves nothing serving.
+  bool alone = false;
+  // From here on an error leaks `srv` on purpose: the caller _exit()s (or
+  // execs) without running destructors that would touch the shared arena.
+  auto fail = [&](absl::Status s, bool tell) -> absl::Status {
     if (tell) SendAbort(ch, CodeFor(s), s);
+    if (alone) s.SetPayload(kColdStartPayload, absl::Cord(absl::StrCat(options.generation)));
     (void)srv.release();
     return s;
   };
@@ -157,7 +172,7 @@ absl::StatusOr<std::pair<std::unique_ptr<server::Server>, std::unique_ptr<NewSid
       LOG(WARNING) << "upgrade: the old process " << arg->o_pid
                    << " died before HandOver; taking over alone (binding " << options.listen
                    << ", opening RocksDB after it)";
-      tail->alone_ = true;
+      alone = tail->alone_ = true;
     } else {
       return fail(WithContext(m.status(), "waiting for HandOver"), true);
     }

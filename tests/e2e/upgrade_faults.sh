@@ -50,6 +50,11 @@
 # cold start that must replay them (at least as many as N had acknowledged).
 # n_accepting:crash is N killed right after it claimed RocksDB, before any
 # write: O must take RocksDB back under a new generation (not reuse versions).
+# ACTION killed_in_heap (o_pause only; not in "all") is hang for the node; the
+# harness stops O while writes flow, marks the arena as if O had died inside
+# its heap allocator (kvnode_arena_heap_busy) and SIGKILLs it: N, alone, must
+# not trust the arena and still serve (a cold start that rebuilds it from
+# RocksDB), with every acknowledged write there.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/upgrade_lib.sh"
 kv_require_device
@@ -80,7 +85,7 @@ expect_for() {
     n_*) echo rollback ;;
     o_spawn) case $a in crash) echo restart ;; *) echo rollback ;; esac ;;
     o_pause | o_flush | o_handover)
-      case $a in crash) echo takeover ;; *) echo rollback ;; esac ;;
+      case $a in crash | killed_in_heap) echo takeover ;; *) echo rollback ;; esac ;;
     # Past Owned on O's side. o_close_db: O keeps RocksDB open, so N opens it
     # after O's exit (crash, fail) or after killing it (hang).
     *) echo takeover ;;
@@ -101,8 +106,8 @@ for cell in $cells; do
   expect=$(expect_for "$cell")
   action=${cell##*:}
   fault=$cell
-  [[ $action == sigkill ]] && fault=${cell%%:*}:hang
-  killed=""
+  [[ $action == sigkill || $action == killed_in_heap ]] && fault=${cell%%:*}:hang
+  killed="" heap_marked=""
   cell_op_timeout=$op_timeout
   case ${cell%%:*} in n_journal | n_replay) cell_op_timeout=$restart_op_timeout ;; esac
   UP_FIRST_PID=""
@@ -149,6 +154,16 @@ for cell in $cells; do
           kv_log "$cell: SIGKILL of N (pid $n_now) after $journaled journaled writes"
         fi
       fi
+    fi
+    if [[ $action == killed_in_heap && -z $heap_marked ]] &&
+      grep -q "injected hang at ${cell%%:*}" "$KV_LOG"; then
+      kill -STOP "$o_pid"
+      "$KV_BUILD/tests/e2e/kvnode_arena_heap_busy" --shm_name "$KV_SHM" \
+        --arena_size $((32 << 20)) >&2 || kv_fail "$cell: could not mark the arena's heap"
+      kill -KILL "$o_pid"
+      wait "$o_pid" 2>/dev/null || true  # quietly: its death is the point
+      heap_marked=yes
+      kv_log "$cell: O (pid $o_pid) stopped, its arena's heap marked busy, SIGKILLed"
     fi
     if [[ $gen == 2 && $expect != restart ]]; then
       outcome=takeover
@@ -200,12 +215,18 @@ try:
     r = json.load(open(sys.argv[1])); print(r["failed_ops"], r["verify_errors"], r["stale_reads"])
 except Exception:
     print("? ? ?")' "$report")
+  # An audit needs a node to read from: with none, it proves nothing lost.
   audit=pass
-  "$KV_KVLOAD" --audit "$acks" --server "$KV_ADDR" --auth_token_file "$KV_TOKEN" \
-    --report "$KV_DIR/audit.json" >"$KV_DIR/audit.log" 2>&1 || audit=FAIL
+  if ! kv_admin ping >/dev/null 2>&1; then
+    audit=no_node
+  elif ! "$KV_KVLOAD" --audit "$acks" --server "$KV_ADDR" --auth_token_file "$KV_TOKEN" \
+    --report "$KV_DIR/audit.json" >"$KV_DIR/audit.log" 2>&1; then
+    audit=FAIL
+  fi
   verdict=ok
   [[ $outcome == "$expect" ]] || verdict=UNEXPECTED
-  [[ $audit == pass ]] || verdict=LOST_ACKED_WRITE
+  [[ $audit != FAIL ]] || verdict=LOST_ACKED_WRITE
+  [[ $audit != no_node ]] || verdict="${verdict}+nothing_serves"
   [[ $failed == 0 && $verr == 0 && $stale == 0 ]] || verdict="${verdict}+client_errors"
   [[ $upgrade_done == yes ]] || verdict="${verdict}+upgrade_not_complete"
   if [[ $outcome == takeover || $outcome == restart ]] && [[ -e $KV_DIR/db/kvnode-writes.journal ]]; then
@@ -215,6 +236,13 @@ except Exception:
   # where none was journaled would prove nothing about their replay.
   if [[ ${cell%%:*} == n_replay || $action == sigkill ]] && [[ $outcome == restart && $replayed == 0 ]]; then
     verdict="${verdict}+nothing_journaled"
+  fi
+  if [[ $action == killed_in_heap ]]; then
+    if [[ -z $heap_marked ]]; then
+      verdict="${verdict}+not_killed"
+    elif ! grep -q 'rebuilding arena ' "$KV_LOG"; then
+      verdict="${verdict}+arena_not_rebuilt"
+    fi
   fi
   if [[ $action == sigkill ]]; then
     if [[ -z $killed ]]; then
@@ -245,7 +273,8 @@ except Exception:
     mkdir -p "$logs/$cell"
     cp "$KV_DIR"/*.log "$KV_DIR"/*.json "$logs/$cell/" 2>/dev/null || true
     [[ $audit == pass ]] && rm -f "$logs/$cell/acks.log"
-    echo "  logs of $cell kept in $logs/$cell" >&2
+    echo "  logs of $cell kept in $logs/$cell; the node log ends:" >&2
+    tail -n 40 "$KV_LOG" | sed 's/^/    /' >&2
   fi
   rm -rf "$KV_DIR"
   rm -f "/dev/shm/$KV_SHM" "/dev/shm/$KV_SHM".*

@@ -94,6 +94,9 @@ TEST(HandoffArgs, FormatParseAndChildArgv) {
   EXPECT_EQ(BuildChildArgv(argv, {9, 10}),
             (std::vector<std::string>{"/bin/kvnode", "--listen=1:2", "--upgrade_handoff_x=1",
                                       "--upgrade_fault=n_ready:hang", "--upgrade_handoff=9:10"}));
+  EXPECT_EQ(WithoutHandoffArg(argv),
+            (std::vector<std::string>{"/bin/kvnode", "--listen=1:2", "--upgrade_handoff_x=1",
+                                      "--upgrade_fault=n_ready:hang"}));
 }
 
 TEST(Spawn, ExecFailureIsReported) {

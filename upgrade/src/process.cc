@@ -181,7 +181,7 @@ absl::StatusOr<HandoffArg> ParseHandoffArg(std::string_view value) {
   return a;
 }
 
-std::vector<std::string> BuildChildArgv(std::span<const std::string> argv, const HandoffArg& a) {
+std::vector<std::string> WithoutHandoffArg(std::span<const std::string> argv) {
   std::vector<std::string> out;
   for (size_t i = 0; i < argv.size(); ++i) {
     bool takes_next = false;
@@ -191,6 +191,11 @@ std::vector<std::string> BuildChildArgv(std::span<const std::string> argv, const
     }
     out.push_back(argv[i]);
   }
+  return out;
+}
+
+std::vector<std::string> BuildChildArgv(std::span<const std::string> argv, const HandoffArg& a) {
+  std::vector<std::string> out = WithoutHandoffArg(argv);
   out.push_back(FormatHandoffArg(a));
   return out;
 }

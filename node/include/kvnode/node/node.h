@@ -265,9 +265,15 @@ class NewSideTail {
 // `options.generation` is replaced by the header's + 1. On an error that
 // leaves O in charge (incompatible header, O aborted, deadline), the caller
 // exits non-zero without touching anything: RocksDB was never opened here.
+// On an error after O died before HandOver nothing serves: the error carries
+// ColdStartGeneration, and the caller starts again cold with it.
 absl::StatusOr<std::pair<std::unique_ptr<server::Server>, std::unique_ptr<NewSideTail>>> TakeOver(
     server::ServerOptions options, const std::string& handoff_flag,
     const NodeUpgradeOptions& upgrade, UpgradeMetrics* metrics);
+
+// The generation a TakeOver that failed after O's death would have served
+// as; nullopt for every other error (O is alive and serves).
+std::optional<uint64_t> ColdStartGeneration(const absl::Status& takeover_error);
 
 }  // namespace kvnode::upgrade
 

@@ -3,7 +3,8 @@
 //  * ResolveStartBinary(argv[0]) at start: the path the next upgrade execs by
 //    default (not /proc/self/exe, which names the old, possibly deleted file).
 //  * BuildChildArgv: the same argv, minus any handoff argument inherited from
-//    an earlier upgrade, plus --upgrade_handoff=FD:PID.
+//    an earlier upgrade, plus --upgrade_handoff=FD:PID. WithoutHandoffArg:
+//    the argv a new process that cannot take over restarts itself with.
 //  * SpawnWithHandoff: posix_spawn with exactly one extra descriptor inherited.
 //  * Process: a pidfd (pidfd_open) for any pid; poll it to learn of a death
 //    without races against pid reuse, reap children with waitid(P_PIDFD).
@@ -61,8 +62,10 @@ std::string FormatHandoffArg(const HandoffArg& a);  // "--upgrade_handoff=5:1234
 // Parses the flag's value "FD:PID" (InvalidArgument otherwise).
 [[nodiscard]] absl::StatusOr<HandoffArg> ParseHandoffArg(std::string_view value);
 
-// argv (argv[0] included) without any earlier handoff argument (all gflags
-// spellings: --x=v, -x=v, --x v, -x v), with FormatHandoffArg(a) appended.
+// argv (argv[0] included) without any handoff argument (all gflags
+// spellings: --x=v, -x=v, --x v, -x v).
+std::vector<std::string> WithoutHandoffArg(std::span<const std::string> argv);
+// WithoutHandoffArg(argv) with FormatHandoffArg(a) appended.
 std::vector<std::string> BuildChildArgv(std::span<const std::string> argv, const HandoffArg& a);
 
 // --- processes ---------------------------------------------------------------
