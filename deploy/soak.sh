@@ -277,7 +277,15 @@ steady() {
   [[ " $WAITED_FOR " == *" ${why# } "* ]] || WAITED_FOR+="${WAITED_FOR:+,}${why# }"
   return 1
 }
-state_line() { echo "clients $(kv_stat clients) QP $S_QP/$S_TQP MR $S_MR/$S_TMR fd $S_FD rss $S_RSS"; }
+# malloc: the node's heap by mallinfo2 (stats), in use and free but kept, KiB.
+state_line() {
+  local a used free
+  a=$(kv_admin stats 2>/dev/null || true)
+  used=$(kv_json_num "$a" malloc_in_use_bytes || echo 0)
+  free=$(kv_json_num "$a" malloc_free_bytes || echo 0)
+  echo "clients $(kv_json_num "$a" clients || echo '?') QP $S_QP/$S_TQP MR $S_MR/$S_TMR fd $S_FD" \
+    "rss $S_RSS malloc $((used >> 10))/$((free >> 10)) KiB"
+}
 
 # Last progress line of a kvload log -> "failed verify_err stale" ("0 0 0"
 # before the first, which kvload prints after 1 s). One exec: the log's tail.

@@ -170,6 +170,8 @@ std::string StatsAnswer(const StatsView& v) {
       {"journaled_writes", v.journaled_writes},
       {"journal_replayed", v.journal_replayed},
       {"write_commits", v.write_commits},
+      {"malloc_in_use_bytes", v.malloc_in_use_bytes},
+      {"malloc_free_bytes", v.malloc_free_bytes},
       {"upgrade_in_progress", v.upgrade_in_progress},
       {"writes_paused", v.writes_paused},
       {"draining", v.draining},

@@ -77,6 +77,8 @@ StatsView SampleStats() {
   v.counters.counters[static_cast<size_t>(Counter::kUpgrades)] = 1;
   v.counters.errors[static_cast<size_t>(ErrorKind::kAuthFailed)] = 4;
   v.arena = {64 << 20, 1000, 7, 6, 1};
+  v.malloc_in_use_bytes = 4096;
+  v.malloc_free_bytes = 512;
   return v;
 }
 
@@ -96,6 +98,8 @@ TEST(AdminRender, StatsHasTheContractKeys) {
   for (const char* k : {"size", "used", "keys", "resident_keys", "evictions"}) {
     EXPECT_TRUE(j["arena"].contains(k)) << k;
   }
+  EXPECT_EQ(j["malloc_in_use_bytes"], 4096);
+  EXPECT_EQ(j["malloc_free_bytes"], 512);
   EXPECT_EQ(j["ops_put"], 10);
   EXPECT_EQ(j["errors"]["auth_failed"], 4);
   EXPECT_EQ(j["build_id"], "test\"build");

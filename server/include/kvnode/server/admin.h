@@ -79,6 +79,11 @@ struct StatsView {
   // carried its PUTs and DELETEs; (puts + deletes) / this is the group
   // commit's mean group size.
   uint64_t write_commits = 0;
+  // This process's malloc heap (glibc's mallinfo2): bytes allocated, and
+  // bytes free but kept by malloc. Beside RssAnon they tell memory in use
+  // from memory malloc holds on to (fragmentation).
+  uint64_t malloc_in_use_bytes = 0;
+  uint64_t malloc_free_bytes = 0;
   bool upgrade_in_progress = false;
   bool writes_paused = false;
   bool draining = false;  // admin `drain` was accepted; the node exits once it is done
