@@ -232,7 +232,8 @@ StatsView ServerImpl::Stats() const {
     v.journal_replayed = s.replayed;
     v.write_commits = s.commits;
   }
-  // Walks malloc's bins under its arena locks: microseconds, once a request.
+  // Walks every free chunk, each arena under its lock (3 ms for 200,000 free
+  // chunks on the dev host): allocations of the data thread wait meanwhile.
   const struct mallinfo2 mi = mallinfo2();
   v.malloc_in_use_bytes = mi.uordblks + mi.hblkhd;  // heap chunks + mmap()ed ones
   v.malloc_free_bytes = mi.fordblks;
