@@ -113,13 +113,16 @@ absl::StatusOr<std::pair<std::unique_ptr<server::Server>, std::unique_ptr<NewSid
     return created.status();
   }
   std::unique_ptr<server::Server> srv = std::move(*created);
-  // O died before HandOver: from then on an error leaves nothing serving.
-  bool alone = false;
+  // alone_ is set when O died before HandOver: from then on an error leaves
+  // nothing serving.
+  auto tail = std::unique_ptr<NewSideTail>(new NewSideTail());
   // From here on an error leaks `srv` on purpose: the caller _exit()s (or
   // execs) without running destructors that would touch the shared arena.
   auto fail = [&](absl::Status s, bool tell) -> absl::Status {
     if (tell) SendAbort(ch, CodeFor(s), s);
-    if (alone) s.SetPayload(kColdStartPayload, absl::Cord(absl::StrCat(options.generation)));
+    if (tail->alone_) {
+      s.SetPayload(kColdStartPayload, absl::Cord(absl::StrCat(options.generation)));
+    }
     (void)srv.release();
     return s;
   };
@@ -152,7 +155,6 @@ absl::StatusOr<std::pair<std::unique_ptr<server::Server>, std::unique_ptr<NewSid
             << " bytes registered)";
 
   // 3. HandOver, or O's death.
-  auto tail = std::unique_ptr<NewSideTail>(new NewSideTail());
   server::InheritedSockets inherited;
   HandOver ho;
   SessionTable sessions;
@@ -173,7 +175,7 @@ absl::StatusOr<std::pair<std::unique_ptr<server::Server>, std::unique_ptr<NewSid
       LOG(WARNING) << "upgrade: the old process " << arg->o_pid
                    << " died before HandOver; taking over alone (binding " << options.listen
                    << ", opening RocksDB after it)";
-      alone = tail->alone_ = true;
+      tail->alone_ = true;
     } else {
       return fail(WithContext(m.status(), "waiting for HandOver"), true);
     }
