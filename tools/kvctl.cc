@@ -2,7 +2,7 @@
 //
 //   kvctl [--admin_socket PATH] [--json] [--timeout_ms N] COMMAND [ARGS]
 //
-// Commands: ping, stats, metrics (Prometheus text), mrs, clients,
+// Commands: ping, stats, metrics (Prometheus text), mrs, clients, memory,
 // upgrade [--binary PATH], drain [SECONDS]. Human-readable output by default, the
 // node's raw JSON with --json. Exit status: 0 ok, 1 the node answered an
 // error, 2 no answer (not running, wrong socket, time-out) or bad usage.
@@ -139,7 +139,8 @@ int main(int argc, char** argv) {
   gflags::SetUsageMessage(
       "admin tool of a running kvnode.\n"
       "  kvctl [--admin_socket PATH] [--json] COMMAND\n"
-      "  commands: ping | stats | metrics | mrs | clients | upgrade [--binary PATH] |\n"
+      "  commands: ping | stats | metrics | mrs | clients | memory (malloc's heap) |\n"
+      "            upgrade [--binary PATH] |\n"
       "            drain [SECONDS]  (refuse new sessions; the node exits once its clients\n"
       "                              have left, or after SECONDS, default 300)");
   // --help lists this program's own flags; --helpfull adds gflags' and glog's.
@@ -150,13 +151,13 @@ int main(int argc, char** argv) {
   }
   gflags::HandleCommandLineHelpFlags();
   if (argc < 2) {
-    std::fprintf(stderr,
-                 "kvctl: no command (ping, stats, metrics, mrs, clients, upgrade, drain)\n");
+    std::fprintf(
+        stderr, "kvctl: no command (ping, stats, metrics, mrs, clients, memory, upgrade, drain)\n");
     return 2;
   }
   const std::string cmd = argv[1];
-  static const std::vector<std::string> kCommands = {"ping",    "stats",   "metrics", "mrs",
-                                                     "clients", "upgrade", "drain"};
+  static const std::vector<std::string> kCommands = {"ping",    "stats",  "metrics", "mrs",
+                                                     "clients", "memory", "upgrade", "drain"};
   if (std::find(kCommands.begin(), kCommands.end(), cmd) == kCommands.end()) {
     std::fprintf(stderr, "kvctl: unknown command '%s'\n", cmd.c_str());
     return 2;

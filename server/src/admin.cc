@@ -32,6 +32,8 @@ const char* AdminCommandName(AdminCommand c) {
       return "mrs";
     case AdminCommand::kClients:
       return "clients";
+    case AdminCommand::kMemory:
+      return "memory";
     case AdminCommand::kUpgrade:
       return "upgrade";
     case AdminCommand::kDrain:
@@ -69,6 +71,8 @@ absl::StatusOr<AdminRequest> ParseAdminRequest(std::string_view line) {
     req.command = AdminCommand::kMrs;
   } else if (w == "clients") {
     req.command = AdminCommand::kClients;
+  } else if (w == "memory") {
+    req.command = AdminCommand::kMemory;
   } else if (w == "upgrade") {
     req.command = AdminCommand::kUpgrade;
     max_args = 1;
@@ -76,9 +80,9 @@ absl::StatusOr<AdminRequest> ParseAdminRequest(std::string_view line) {
     req.command = AdminCommand::kDrain;
     max_args = 1;
   } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("admin: unknown command '", w.substr(0, 64),
-                     "' (ping, stats, metrics, mrs, clients, upgrade [BINARY], drain [SECONDS])"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "admin: unknown command '", w.substr(0, 64),
+        "' (ping, stats, metrics, mrs, clients, memory, upgrade [BINARY], drain [SECONDS])"));
   }
   if (words.size() - 1 > max_args) {
     return absl::InvalidArgumentError(
@@ -170,8 +174,6 @@ std::string StatsAnswer(const StatsView& v) {
       {"journaled_writes", v.journaled_writes},
       {"journal_replayed", v.journal_replayed},
       {"write_commits", v.write_commits},
-      {"malloc_in_use_bytes", v.malloc_in_use_bytes},
-      {"malloc_free_bytes", v.malloc_free_bytes},
       {"upgrade_in_progress", v.upgrade_in_progress},
       {"writes_paused", v.writes_paused},
       {"draining", v.draining},
@@ -210,6 +212,12 @@ std::string MrsAnswer(const std::vector<MrRow>& rows, uint64_t pinned_bytes) {
     list.push_back(std::move(j));
   }
   return Line(json{{"ok", true}, {"mrs", list}, {"pinned_bytes", pinned_bytes}});
+}
+
+std::string MemoryAnswer(const MemoryView& v) {
+  return Line(json{{"ok", true},
+                   {"malloc_in_use_bytes", v.malloc_in_use_bytes},
+                   {"malloc_free_bytes", v.malloc_free_bytes}});
 }
 
 std::string RenderPrometheus(const StatsView& v) {

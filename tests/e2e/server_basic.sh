@@ -22,6 +22,8 @@ metrics=$(kv_admin metrics)
 grep -q '^kvnode_ops_total{op="put"} [1-9]' <<<"$metrics" || kv_fail "metrics: $metrics"
 [[ $(kv_admin bogus) == *'"ok":false'* ]] || kv_fail "unknown admin command accepted"
 [[ $(kv_admin clients) == *'"clients":['* ]] || kv_fail "clients"
+mem=$(kv_admin memory)
+(($(kv_json_num "$mem" malloc_in_use_bytes || echo 0) > 0)) || kv_fail "memory: $mem"
 kv_wait_for 10 kv_stat_is clients 0 ||
   kv_fail "clients did not return to 0"
 [[ $(kv_rdma_count qp) -eq $base_qp && $(kv_rdma_count mr) -eq $base_mr ]] ||

@@ -23,7 +23,7 @@ namespace kvnode::server {
 
 inline constexpr size_t kMaxAdminLine = 4096;
 
-enum class AdminCommand { kPing, kStats, kMetrics, kMrs, kClients, kUpgrade, kDrain };
+enum class AdminCommand { kPing, kStats, kMetrics, kMrs, kClients, kMemory, kUpgrade, kDrain };
 const char* AdminCommandName(AdminCommand c);
 
 struct AdminRequest {
@@ -79,16 +79,20 @@ struct StatsView {
   // carried its PUTs and DELETEs; (puts + deletes) / this is the group
   // commit's mean group size.
   uint64_t write_commits = 0;
-  // This process's malloc heap (glibc's mallinfo2): bytes allocated, and
-  // bytes free but kept by malloc. Beside RssAnon they tell memory in use
-  // from memory malloc holds on to (fragmentation).
-  uint64_t malloc_in_use_bytes = 0;
-  uint64_t malloc_free_bytes = 0;
   bool upgrade_in_progress = false;
   bool writes_paused = false;
   bool draining = false;  // admin `drain` was accepted; the node exits once it is done
   // `stats`: object "upgrade" {name or name{labels}: value}; `metrics`: as is.
   std::vector<ExtraStat> extra;
+};
+
+// `memory`: this process's malloc heap (glibc's mallinfo2), bytes allocated
+// and bytes free but kept by malloc. Beside RssAnon they tell memory in use
+// from memory malloc holds on to (fragmentation). Not in `stats`: mallinfo2
+// walks every free chunk under its arena's lock, and `stats` is polled.
+struct MemoryView {
+  uint64_t malloc_in_use_bytes = 0;
+  uint64_t malloc_free_bytes = 0;
 };
 
 struct ClientRow {
@@ -125,6 +129,8 @@ std::string DrainAnswer(uint64_t clients, uint32_t timeout_s);
 std::string StatsAnswer(const StatsView& v);
 std::string ClientsAnswer(const std::vector<ClientRow>& rows);
 std::string MrsAnswer(const std::vector<MrRow>& rows, uint64_t pinned_bytes);
+// {"ok":true,"malloc_in_use_bytes":N,"malloc_free_bytes":N}
+std::string MemoryAnswer(const MemoryView& v);
 // Prometheus text exposition format (version 0.0.4), names prefixed kvnode_.
 std::string RenderPrometheus(const StatsView& v);
 
