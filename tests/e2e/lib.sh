@@ -37,7 +37,11 @@ kv_ok() { kv_log "ok: $*"; }
 kv_fail() {
   kv_log "FAIL: $*"
   if [[ -n ${KV_LOG:-} && -f ${KV_LOG:-} ]]; then
-    echo "---- last 60 lines of the node log ($KV_LOG)" >&2
+    # Warnings and errors first: a CI report may keep only the start of a
+    # long output, and they usually say why.
+    echo "---- last 20 warnings and errors in the node log ($KV_LOG)" >&2
+    grep -a '^[WEF][0-9]' "$KV_LOG" | tail -n 20 >&2 || true
+    echo "---- last 60 lines of the node log" >&2
     tail -n 60 "$KV_LOG" >&2
   fi
   exit 1

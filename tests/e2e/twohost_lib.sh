@@ -227,7 +227,8 @@ th_diagnose() {
     echo "tx-0 timeouts: $(cat /sys/class/net/eth0/queues/tx-0/tx_timeout 2>/dev/null)"
     echo "-- rdma resource show qp"
     rdma resource show qp
-    for pid in $(pgrep -x kvload) $(pgrep -x kvnode-a) $(pgrep -x kvnode-b); do
+    # The kvnode-a/-b wrappers exec kvnode: its processes are named kvnode.
+    for pid in $(pgrep -x kvload) $(pgrep -x kvnode); do
       echo "-- threads of $(cat "/proc/$pid/comm") $pid (state, wait channel, kernel stack)"
       for t in /proc/"$pid"/task/*; do
         echo "$(awk '{print $3}' "$t/stat") $(cat "$t/wchan") $(tr '\n' ' ' <"$t/stack" 2>/dev/null | cut -c1-300)"
@@ -240,21 +241,28 @@ th_diagnose() {
 # Whether the virtual link is dead while the other guest still runs: a TCP
 # connect to a closed port of the peer draws an answer (ARP, then a RST)
 # over a live link, so eth0's receive counter stands still only when
-# nothing gets across. Under two TCG guests on a loaded host the link has
-# been seen to stop for good in both directions (frames sent by each guest
-# never reached the other, neighbour entries FAILED), which no node or
-# client can survive. Says nothing once the peer has exited, nor in a test
-# that takes the link down itself (th_own_outages).
+# nothing gets across; its transmit counter stands still while the guest
+# kernel's watchdog has found the TX queue stalled (tx_timeout; counted at
+# completion, so a live link's last frame may not show yet). Under two TCG
+# guests on a loaded host the link has been seen to stop for good, in both
+# directions (frames sent by each guest never reached the other, neighbour
+# entries FAILED) and in one: QEMU stopped taking a guest's frames off its
+# virtio TX queue (the guest kernel's "NETDEV WATCHDOG ... transmit queue 0
+# timed out"; its rxe QPs then cannot be destroyed, so a process that had
+# them hangs in the kernel, SIGKILL included). No node or client survives
+# that. Says nothing once the peer has exited, nor in a test that takes the
+# link down itself (th_own_outages).
 TH_LINK_CHECK=1
 th_own_outages() { TH_LINK_CHECK=0; }
 th_link_dead() {
-  local rx0 rx1
+  local rx0 rx1 tx0 tx1 stalls d=/sys/class/net/eth0/statistics
   ((TH_LINK_CHECK)) || return 1
   [[ -s ${RXE_VM_PEER_RC:-/nonexistent} ]] && return 1
-  rx0=$(</sys/class/net/eth0/statistics/rx_packets)
+  rx0=$(<$d/rx_packets) tx0=$(<$d/tx_packets)
   th_tcp_connect "$RXE_VM_PEER" 9 2>/dev/null || true
-  rx1=$(</sys/class/net/eth0/statistics/rx_packets)
-  [[ $rx0 == "$rx1" && ! -s ${RXE_VM_PEER_RC:-/nonexistent} ]]
+  rx1=$(<$d/rx_packets) tx1=$(<$d/tx_packets)
+  stalls=$(cat /sys/class/net/eth0/queues/tx-0/tx_timeout 2>/dev/null || echo 0)
+  [[ ($rx0 == "$rx1" || ($tx0 == "$tx1" && $stalls -gt 0)) && ! -s ${RXE_VM_PEER_RC:-/nonexistent} ]]
 }
 # A failure over a dead link is the test bed's: exit 125, which
 # tests/e2e/twohost.sh runs once more (as deploy/rxe-vm's boot failures).
@@ -263,7 +271,7 @@ th_exit() {
   if ((rc != 0)); then
     th_diagnose
     if th_link_dead; then
-      kv_log "the link to $RXE_VM_PEER is dead (eth0 received nothing while probing it, the peer still runs): the test bed failed, not the test (exit 125)"
+      kv_log "the link to $RXE_VM_PEER is dead (eth0 sent or received nothing while probing it, TX queue timeouts $(cat /sys/class/net/eth0/queues/tx-0/tx_timeout 2>/dev/null), the peer still runs): the test bed failed, not the test (exit 125)"
       rc=125
     fi
   fi

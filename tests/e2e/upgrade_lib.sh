@@ -102,7 +102,7 @@ up_upgrade() {
     kv_fail "generation $((gen + 1)) did not answer within 90 s of the upgrade request"
   UP_OWNED_NS=$(kv_now_ns)
   UP_NEW=$(kv_json_num "$a" pid)
-  kv_wait_for 30 up_gone "$UP_OLD" || kv_fail "old process $UP_OLD still alive 30 s after Owned"
+  kv_wait_for 30 up_gone "$UP_OLD" || up_fail "old process $UP_OLD still alive 30 s after Owned"
   UP_EXIT_NS=$(kv_now_ns)
   if [[ $UP_OLD == "$UP_FIRST_PID" ]]; then
     local rc=0
@@ -110,9 +110,20 @@ up_upgrade() {
     [[ $rc -eq 0 ]] || kv_fail "old process $UP_OLD exited $rc"
   fi
   UP_STATS=$(kv_admin_until 30 stats '"upgrade_in_progress":false') ||
-    kv_fail "upgrade still in progress on $UP_NEW 30 s after the old process exited"
-  kv_wait_for 5 up_exit_logged "$UP_OLD" || kv_fail "old process $UP_OLD did not log exit 0"
+    up_fail "upgrade still in progress on $UP_NEW 30 s after the old process exited"
+  kv_wait_for 5 up_exit_logged "$UP_OLD" || up_fail "old process $UP_OLD did not log exit 0"
   KV_PID=$UP_NEW
+}
+
+# kv_fail, with this upgrade's story first: the log's upgrade, shutdown and
+# exit lines since it started (either process).
+up_fail() {
+  if [[ -f ${KV_LOG:-} ]]; then
+    echo "---- this upgrade in the node log (upgrade, shutdown and exit lines)" >&2
+    awk '/upgrade: starting/ { n = 0 } { l[n++] = $0 } END { for (i = 0; i < n; i++) print l[i] }' \
+      "$KV_LOG" | grep -a 'upgrade\|shutdown\|kvnode: \|session closed' | tail -n 40 >&2 || true
+  fi
+  kv_fail "$@"
 }
 
 up_stop_node() {
