@@ -280,12 +280,11 @@ steady() {
 # malloc: the node's heap by mallinfo2 (admin `memory`), in use and free but
 # kept, KiB.
 state_line() {
-  local a m used free
-  a=$(kv_admin stats 2>/dev/null || true)
+  local m used free
   m=$(kv_admin memory 2>/dev/null || true)
   used=$(kv_json_num "$m" malloc_in_use_bytes || echo 0)
   free=$(kv_json_num "$m" malloc_free_bytes || echo 0)
-  echo "clients $(kv_json_num "$a" clients || echo '?') QP $S_QP/$S_TQP MR $S_MR/$S_TMR fd $S_FD" \
+  echo "clients $(kv_stat clients || echo '?') QP $S_QP/$S_TQP MR $S_MR/$S_TMR fd $S_FD" \
     "rss $S_RSS malloc $((used >> 10))/$((free >> 10)) KiB"
 }
 

@@ -195,6 +195,9 @@ th_keep_logs() {
 # Opens (and closes) a TCP connection to HOST:PORT within 3 s.
 th_tcp_connect() { timeout 3 bash -c ": <>/dev/tcp/$1/$2"; } # HOST PORT
 
+# How often the guest kernel's watchdog found eth0's TX queue stalled.
+th_tx_stalls() { cat /sys/class/net/eth0/queues/tx-0/tx_timeout 2>/dev/null || echo 0; }
+
 # A failed run prints what this guest saw, while it still can: CI keeps only
 # the test's output. Tells a dead link (eth0's counters standing still,
 # neighbours FAILED), a process stuck in the kernel (its threads' states and
@@ -224,7 +227,7 @@ th_diagnose() {
     kv_nap 1
     ip -s link show eth0
     grep virtio /proc/interrupts
-    echo "tx-0 timeouts: $(cat /sys/class/net/eth0/queues/tx-0/tx_timeout 2>/dev/null)"
+    echo "tx-0 timeouts: $(th_tx_stalls)"
     echo "-- rdma resource show qp"
     rdma resource show qp
     # The kvnode-a/-b wrappers exec kvnode: its processes are named kvnode.
@@ -255,14 +258,13 @@ th_diagnose() {
 TH_LINK_CHECK=1
 th_own_outages() { TH_LINK_CHECK=0; }
 th_link_dead() {
-  local rx0 rx1 tx0 tx1 stalls d=/sys/class/net/eth0/statistics
+  local rx0 rx1 tx0 tx1 d=/sys/class/net/eth0/statistics
   ((TH_LINK_CHECK)) || return 1
   [[ -s ${RXE_VM_PEER_RC:-/nonexistent} ]] && return 1
   rx0=$(<$d/rx_packets) tx0=$(<$d/tx_packets)
   th_tcp_connect "$RXE_VM_PEER" 9 2>/dev/null || true
   rx1=$(<$d/rx_packets) tx1=$(<$d/tx_packets)
-  stalls=$(cat /sys/class/net/eth0/queues/tx-0/tx_timeout 2>/dev/null || echo 0)
-  [[ ($rx0 == "$rx1" || ($tx0 == "$tx1" && $stalls -gt 0)) && ! -s ${RXE_VM_PEER_RC:-/nonexistent} ]]
+  [[ ($rx0 == "$rx1" || ($tx0 == "$tx1" && $(th_tx_stalls) -gt 0)) && ! -s ${RXE_VM_PEER_RC:-/nonexistent} ]]
 }
 # A failure over a dead link is the test bed's: exit 125, which
 # tests/e2e/twohost.sh runs once more (as deploy/rxe-vm's boot failures).
@@ -271,7 +273,7 @@ th_exit() {
   if ((rc != 0)); then
     th_diagnose
     if th_link_dead; then
-      kv_log "the link to $RXE_VM_PEER is dead (eth0 sent or received nothing while probing it, TX queue timeouts $(cat /sys/class/net/eth0/queues/tx-0/tx_timeout 2>/dev/null), the peer still runs): the test bed failed, not the test (exit 125)"
+      kv_log "the link to $RXE_VM_PEER is dead (eth0 sent or received nothing while probing it, TX queue timeouts $(th_tx_stalls), the peer still runs): the test bed failed, not the test (exit 125)"
       rc=125
     fi
   fi
