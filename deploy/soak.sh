@@ -238,9 +238,14 @@ rdma_counts() {
 }
 
 # Sets S_QP S_MR (the node's) S_TQP S_TMR (system-wide: kvload's too) S_FOREIGN
-# (kvnode objects of other processes) S_FD S_RSS S_CHILD S_SHM.
+# (kvnode objects of other processes) S_FD S_RSS S_CHILD S_SHM, and from one
+# `stats` answer S_CLIENTS and S_RECORDS (dedupe records: the churn's clients
+# close, so theirs must go).
 snapshot() {
-  local fq fm
+  local fq fm a
+  a=$(kv_admin stats 2>/dev/null || true)
+  S_CLIENTS=$(kv_json_num "$a" clients || echo '?')
+  S_RECORDS=$(kv_json_num "$a" client_records || echo '?')
   read -r S_QP S_TQP fq S_MR S_TMR fm < <(rdma_counts "$KV_PID")
   S_FOREIGN=$((fq + fm))
   S_FD=$(fd_count "$KV_PID")
@@ -251,8 +256,9 @@ snapshot() {
 # True in the steady state; otherwise WAITED_FOR collects what differed.
 steady() {
   local why=""
-  clients_are "$clients" || why+=" clients"
   snapshot
+  [[ $S_CLIENTS == "$clients" ]] || why+=" clients"
+  [[ $S_RECORDS == "$B_RECORDS" ]] || why+=" records"
   [[ $S_QP == "$B_QP" ]] || why+=" qp"
   [[ $S_MR == "$B_MR" ]] || why+=" mr"
   [[ $S_TQP == "$B_TQP" ]] || why+=" all_qp"
@@ -284,7 +290,7 @@ state_line() {
   m=$(kv_admin memory 2>/dev/null || true)
   used=$(kv_json_num "$m" malloc_in_use_bytes || echo 0)
   free=$(kv_json_num "$m" malloc_free_bytes || echo 0)
-  echo "clients $(kv_stat clients || echo '?') QP $S_QP/$S_TQP MR $S_MR/$S_TMR fd $S_FD" \
+  echo "clients $S_CLIENTS records $S_RECORDS QP $S_QP/$S_TQP MR $S_MR/$S_TMR fd $S_FD" \
     "rss $S_RSS malloc $((used >> 10))/$((free >> 10)) KiB"
 }
 
@@ -310,8 +316,8 @@ done_ups=0 faults=0 churns=0 summary_done=0 fail_msg="" load_pid="" churn_pid=""
 declare -A cell_count=() cell_ms=()
 owned_ms=() windows=() fault_cells=""
 t_start=$(kv_now_ns) t_base=0 time_up=0
-B_QP='?' B_MR='?' B_TQP='?' B_TMR='?' B_FD='?' B_RSS='?'
-S_QP='?' S_MR='?' S_TQP='?' S_TMR='?' S_FD='?' S_RSS='?'
+B_QP='?' B_MR='?' B_TQP='?' B_TMR='?' B_FD='?' B_RSS='?' B_RECORDS='?'
+S_QP='?' S_MR='?' S_TQP='?' S_TMR='?' S_FD='?' S_RSS='?' S_CLIENTS='?' S_RECORDS='?'
 
 # kv_fail (lib.sh) also records the reason for the summary.
 eval "lib_kv_fail() $(declare -f kv_fail | tail -n +2)"
@@ -429,7 +435,7 @@ kv_wait_for 120 clients_are "$clients" || soak_fail "kvload's $clients clients d
 kv_wait_for 120 kv_stat_at_least ops_put $((keys + 1000)) || soak_fail "no load after the preload"
 check_load "$KV_DIR/kvload.log" "$load_pid" kvload
 snapshot
-B_QP=$S_QP B_MR=$S_MR B_TQP=$S_TQP B_TMR=$S_TMR B_FD=$S_FD B_RSS=$S_RSS B_SHM=$S_SHM
+B_QP=$S_QP B_MR=$S_MR B_TQP=$S_TQP B_TMR=$S_TMR B_FD=$S_FD B_RSS=$S_RSS B_SHM=$S_SHM B_RECORDS=$S_RECORDS
 B_FD_PID=$KV_PID B_FD_UPGRADED="" B_FD_CAND=""
 B_FDS=$(fd_list "$KV_PID")
 [[ -z $S_CHILD ]] || soak_fail "node has children before the first upgrade: $S_CHILD"
@@ -498,7 +504,7 @@ for ((i = 1; i <= upgrades; i++)); do
     cell=${cell_list[$DRAW]}
     fault_attempt "$cell"
     WAITED_FOR=""
-    kv_wait_for 120 steady || soak_fail "after fault $cell: not back to the steady state within 120 s (waited for: $WAITED_FOR): $(state_line) children '$S_CHILD' shm '$S_SHM' foreign $S_FOREIGN (start: QP $B_QP/$B_TQP MR $B_MR/$B_TMR fd $B_FD shm $B_SHM; fds now: $(fd_list "$KV_PID"); at start: $B_FDS)"
+    kv_wait_for 120 steady || soak_fail "after fault $cell: not back to the steady state within 120 s (waited for: $WAITED_FOR): $(state_line) children '$S_CHILD' shm '$S_SHM' foreign $S_FOREIGN (start: records $B_RECORDS QP $B_QP/$B_TQP MR $B_MR/$B_TMR fd $B_FD shm $B_SHM; fds now: $(fd_list "$KV_PID"); at start: $B_FDS)"
     check_load "$KV_DIR/kvload.log" "$load_pid" kvload
     note=" after fault $cell"
   fi
@@ -542,7 +548,7 @@ for ((i = 1; i <= upgrades; i++)); do
   fi
   check_load "$KV_DIR/kvload.log" "$load_pid" kvload
   t_chk=$(kv_now_ns) WAITED_FOR=""
-  kv_wait_for 120 steady || soak_fail "upgrade $i: not back to the steady state within 120 s (waited for: $WAITED_FOR): $(state_line) children '$S_CHILD' shm '$S_SHM' foreign $S_FOREIGN (start: QP $B_QP/$B_TQP MR $B_MR/$B_TMR fd $B_FD shm $B_SHM; fds now: $(fd_list "$KV_PID"); at start: $B_FDS)"
+  kv_wait_for 120 steady || soak_fail "upgrade $i: not back to the steady state within 120 s (waited for: $WAITED_FOR): $(state_line) children '$S_CHILD' shm '$S_SHM' foreign $S_FOREIGN (start: records $B_RECORDS QP $B_QP/$B_TQP MR $B_MR/$B_TMR fd $B_FD shm $B_SHM; fds now: $(fd_list "$KV_PID"); at start: $B_FDS)"
   # printf's %(...)T, not date: under the load an exec of date took 0.6 s.
   printf '[soak %(%H:%M:%S)T] upgrade %d/%d: %s -> %s (%s) owned %d ms, old exit %d ms, steady %d ms later%s (%s%s); %s\n' \
     -1 "$i" "$upgrades" "$UP_OLD" "$UP_NEW" "$bid" \

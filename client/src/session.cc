@@ -521,8 +521,11 @@ void Client::Impl::DestroySession(std::unique_ptr<Session>& holder, bool say_goo
   const absl::Time now = absl::Now();
   ReleaseSlots(s, now);
   if (say_goodbye && s->state == SessionState::kUp && s->fd.get() >= 0) {
+    // Close is final: this Client never resumes its id, so the node need not
+    // keep the id's dedupe record for a retry (nor hand it to every later
+    // process of a live upgrade).
     proto::Goodbye bye;
-    bye.reason = proto::GoodbyeReason::kClientClose;
+    bye.reason = proto::GoodbyeReason::kClientDone;
     bye.message = "client closes";
     (void)SendFrame(s->fd.get(), bye);
   }

@@ -69,7 +69,8 @@ DEFINE_uint32(keepalive_misses, 3, "cut a session silent for this many keepalive
 DEFINE_int64(shutdown_timeout_ms, 10000, "bound on draining sessions at SIGTERM");
 DEFINE_uint32(dedupe_window, 1024, "applied writes remembered per client id (>= 1024)");
 DEFINE_uint32(max_client_records, 4096,
-              "dedupe records of disconnected client ids kept for their reconnect");
+              "dedupe records of departed client ids kept for their reconnect (a client "
+              "that closes for good takes its record with it)");
 DEFINE_uint32(spin_us, 20,
               "busy-poll the CQ this long after activity before sleeping on the completion "
               "channel");

@@ -148,6 +148,7 @@ std::string StatsAnswer(const StatsView& v) {
       {"generation", v.generation},
       {"build_id", v.build_id},
       {"clients", v.clients},
+      {"client_records", v.client_records},
       {"qps", v.qps},
       {"mrs", v.mrs},
       {"mws", v.mws},
@@ -238,6 +239,9 @@ std::string RenderPrometheus(const StatsView& v) {
   metric("upgrades_total", "counter", "Completed live upgrades.", c.of(Counter::kUpgrades));
   metric("rollbacks_total", "counter", "Live upgrades rolled back.", c.of(Counter::kRollbacks));
   metric("clients", "gauge", "Client sessions in Ready.", v.clients);
+  metric("client_records", "gauge",
+         "Dedupe records held (live and departed client ids, at most --max_client_records).",
+         v.client_records);
   metric("qps", "gauge", "Live verbs queue pairs.", v.qps);
   metric("mrs", "gauge", "Live memory regions.", v.mrs);
   metric("mws", "gauge", "Live memory windows.", v.mws);

@@ -226,6 +226,7 @@ StatsView ServerImpl::Stats() const {
   v.generation = opt_.generation;
   v.build_id = opt_.build_id;
   v.clients = data_ != nullptr ? data_->ready_sessions() : 0;
+  v.client_records = data_ != nullptr ? data_->client_records() : 0;
   const rdma::LiveCounts lc = rdma::Accounting::Snapshot();
   v.qps = static_cast<uint64_t>(lc.of(rdma::ObjectKind::kQp));
   v.mrs = static_cast<uint64_t>(lc.of(rdma::ObjectKind::kMr));

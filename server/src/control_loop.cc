@@ -336,7 +336,8 @@ void ServerImpl::OnMoveAck(Conn& c) {
   if (on_move_ack_) on_move_ack_(c.client_id);
 }
 
-void ServerImpl::OnClosed(const Conn& c, const ControlSession::ClosedEvent& closed) {
+void ServerImpl::OnClosed(Conn& c, const ControlSession::ClosedEvent& closed) {
+  c.client_done = closed.client_done;
   if (closed.error.has_value()) {
     metrics_.Error(*closed.error);
     LOG(WARNING) << "client " << c.client_id << " (" << c.peer
@@ -396,7 +397,8 @@ void ServerImpl::CloseConn(Conn& c, bool vanished) {
   const uint64_t id = c.id;
   if (c.data_session) {
     std::string why = vanished ? "control connection lost" : "control connection closed";
-    data_->Post([this, id, why] { data_->CloseSession(id, why); });
+    const bool forget = c.client_done;
+    data_->Post([this, id, why, forget] { data_->CloseSession(id, why, forget); });
   }
   if (c.move_pending) {
     LOG(WARNING) << "client " << c.client_id << " went away before acknowledging Move";

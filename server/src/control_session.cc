@@ -85,9 +85,10 @@ void ControlSession::Handle(proto::ControlMessage m, std::vector<Event>* events)
   }
   if (auto* g = std::get_if<proto::Goodbye>(&m)) {
     state_ = SessionState::kClosed;
-    events->push_back(ClosedEvent{
-        std::nullopt, absl::StrCat("client said goodbye (reason ", static_cast<uint32_t>(g->reason),
-                                   "): ", g->message)});
+    events->push_back(ClosedEvent{std::nullopt,
+                                  absl::StrCat("client said goodbye (reason ",
+                                               static_cast<uint32_t>(g->reason), "): ", g->message),
+                                  g->reason == proto::GoodbyeReason::kClientDone});
     return;
   }
   if (auto* e = std::get_if<proto::Error>(&m)) {

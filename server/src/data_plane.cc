@@ -297,10 +297,16 @@ void DataPlane::TrimRecords() {
         victim = id;
       }
     }
-    if (oldest == UINT64_MAX) return;
-    records_.erase(victim);
-    backend_->ForgetClient(victim);  // its persisted record ages out with it
+    if (oldest == UINT64_MAX) break;
+    ForgetRecord(victim);
   }
+  client_records_.store(records_.size(), std::memory_order_relaxed);
+}
+
+void DataPlane::ForgetRecord(uint64_t client_id) {
+  records_.erase(client_id);
+  backend_->ForgetClient(client_id);  // its persisted record goes with it
+  client_records_.store(records_.size(), std::memory_order_relaxed);
 }
 
 absl::Status DataPlane::NewClientId(uint64_t* client_id) const {
@@ -449,10 +455,17 @@ absl::Status DataPlane::ConnectSession(uint64_t conn_id, const proto::QpInfo& cl
   return absl::OkStatus();
 }
 
-void DataPlane::CloseSession(uint64_t conn_id, const std::string& why) {
+void DataPlane::CloseSession(uint64_t conn_id, const std::string& why, bool forget_client) {
   auto it = by_conn_.find(conn_id);
   if (it == by_conn_.end()) return;
+  const uint64_t client_id = it->second->client_id;
   Reap(*it->second, why, std::nullopt, /*notify=*/false);
+  // After Reap: its QP is destroyed, so no request of the client can arrive
+  // any more and re-create the record. A newer session of the same id (a
+  // resume that replaced this one) keeps it.
+  if (forget_client && records_.contains(client_id) && !by_client_.contains(client_id)) {
+    ForgetRecord(client_id);
+  }
 }
 
 void DataPlane::Reap(Session& s, const std::string& why, std::optional<ErrorKind> kind,

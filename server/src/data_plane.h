@@ -120,8 +120,10 @@ class DataPlane {
                                              std::string peer);
   // Client QP info -> RTR/RTS, window bound (waits for the bind completion).
   absl::Status ConnectSession(uint64_t conn_id, const proto::QpInfo& client);
-  // Orderly teardown; no LostFn call. Unknown ids are ignored.
-  void CloseSession(uint64_t conn_id, const std::string& why);
+  // Orderly teardown; no LostFn call. Unknown ids are ignored. forget_client
+  // (the client said Goodbye{client done}): its dedupe record goes too, in
+  // memory and in RocksDB, unless another session of the id is live.
+  void CloseSession(uint64_t conn_id, const std::string& why, bool forget_client = false);
   void SetWritesPaused(bool paused) { writes_paused_ = paused; }
   bool writes_paused() const { return writes_paused_; }
   std::vector<ClientRow> ClientRows() const;
@@ -132,6 +134,8 @@ class DataPlane {
   // Any thread (atomics).
   uint64_t live_sessions() const { return live_sessions_.load(std::memory_order_relaxed); }
   uint64_t ready_sessions() const { return ready_sessions_.load(std::memory_order_relaxed); }
+  // Dedupe records held (live and departed clients), at most --max_client_records.
+  uint64_t client_records() const { return client_records_.load(std::memory_order_relaxed); }
 
  private:
   struct Session;
@@ -167,7 +171,10 @@ class DataPlane {
   ClientRecord* RecordFor(uint64_t client_id);
   // A fresh client id (random, != 0, unused), from getrandom(2).
   absl::Status NewClientId(uint64_t* client_id) const;
+  // Down to --max_client_records (the longest idle first); publishes the count.
   void TrimRecords();
+  // Drops a client's dedupe record, in memory and persisted.
+  void ForgetRecord(uint64_t client_id);
 
   const DataPlaneConfig config_;
   DataPlaneResources res_;
@@ -213,6 +220,7 @@ class DataPlane {
 
   std::atomic<uint64_t> live_sessions_{0};
   std::atomic<uint64_t> ready_sessions_{0};
+  std::atomic<uint64_t> client_records_{0};
 };
 
 }  // namespace kvnode::server

@@ -80,7 +80,8 @@ struct Conn {
   bool data_session = false;  // a DataPlane session exists (or is being made)
   bool ready = false;
   bool move_pending = false;
-  bool want_write = false;  // EPOLLOUT registered
+  bool client_done = false;  // said Goodbye{client done}: its dedupe record goes too
+  bool want_write = false;   // EPOLLOUT registered
   uint64_t nonce = 0;
 
   explicit Conn(ControlConfig c) : session(std::move(c)) {}
@@ -131,7 +132,7 @@ class ServerImpl {
   void OnClientQp(Conn& c, const proto::QpInfo& qp);
   void OnQpConnected(uint64_t id, const absl::Status& st, absl::Time connected_at);
   void OnMoveAck(Conn& c);
-  void OnClosed(const Conn& c, const ControlSession::ClosedEvent& closed);
+  void OnClosed(Conn& c, const ControlSession::ClosedEvent& closed);
   void FlushConn(Conn& c);
   void CloseConn(Conn& c, bool vanished);
   void OnAdminReadable(AdminConn& a);

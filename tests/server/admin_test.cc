@@ -70,6 +70,7 @@ StatsView SampleStats() {
   v.generation = 3;
   v.build_id = "test\"build";
   v.clients = 2;
+  v.client_records = 5;
   v.qps = 2;
   v.mrs = 2;
   v.mws = 2;
@@ -104,6 +105,7 @@ TEST(AdminRender, StatsHasTheContractKeys) {
   EXPECT_EQ(j["generation"], 3);
   EXPECT_EQ(j["upgrades"], 1);
   EXPECT_EQ(j["arena"]["keys"], 7);
+  EXPECT_EQ(j["client_records"], 5);
 }
 
 TEST(AdminRender, ErrorAndPing) {

@@ -98,17 +98,35 @@ TEST(ControlSession, FullHandshakeFedOneByteAtATime) {
   ASSERT_EQ(sent.size(), 1u);
   EXPECT_EQ(std::get<proto::KeepaliveAck>(sent[0]).nonce, 5u);
 
-  // Goodbye from the client: closed, no error.
+  // Goodbye from the client: closed, no error; a client close may resume its
+  // id later, so its record stays.
   ev.clear();
   s.OnBytes(Frame(proto::Goodbye{proto::GoodbyeReason::kClientClose, "bye"}), &ev);
   ASSERT_EQ(ev.size(), 1u);
   EXPECT_FALSE(std::get<ControlSession::ClosedEvent>(ev[0]).error.has_value());
+  EXPECT_FALSE(std::get<ControlSession::ClosedEvent>(ev[0]).client_done);
   EXPECT_TRUE(s.closed());
   // Input after close is ignored.
   ev.clear();
   s.OnBytes(Frame(proto::Keepalive{6}), &ev);
   EXPECT_TRUE(ev.empty());
   EXPECT_TRUE(s.out().empty());
+}
+
+// Goodbye{client done} (a kvclient Close): the client never resumes its id,
+// so the event says its dedupe record may go; in any state after Hello.
+TEST(ControlSession, ClientDoneGoodbyeLetsTheRecordGo) {
+  ControlSession s(ControlConfig{"token"});
+  Events ev;
+  s.OnBytes(Frame(GoodHello()), &ev);
+  ASSERT_TRUE(s.SendWelcome(SomeWelcome()).ok());
+  ev.clear();
+  s.OnBytes(Frame(proto::Goodbye{proto::GoodbyeReason::kClientDone, "client closes"}), &ev);
+  ASSERT_EQ(ev.size(), 1u);
+  const auto& closed = std::get<ControlSession::ClosedEvent>(ev[0]);
+  EXPECT_FALSE(closed.error.has_value());
+  EXPECT_TRUE(closed.client_done);
+  EXPECT_TRUE(s.closed());
 }
 
 TEST(ControlSession, WrongTokenIsAuthFailed) {

@@ -257,9 +257,10 @@ class Client {
   static void WaitAny(std::span<Client* const> clients, absl::Time until);
 
   // --- session ------------------------------------------------------------------
-  // Says Goodbye, fails whatever is outstanding with Unavailable after
-  // giving it until `deadline` to finish, drains the QP and releases every
-  // verbs object and buffer. Idempotent.
+  // Says Goodbye (reason "client done": this id is never resumed, so the
+  // node drops its dedupe record), fails whatever is outstanding with
+  // Unavailable after giving it until `deadline` to finish, drains the QP
+  // and releases every verbs object and buffer. Idempotent.
   absl::Status Close(absl::Time deadline = absl::Now() + absl::Seconds(1));
 
   uint64_t client_id() const;

@@ -165,6 +165,9 @@ enum class GoodbyeReason : uint32_t {
   kMoveTimeout = 3,  // client did not acknowledge a Move in time
   kIdleTimeout = 4,  // no keep-alive
   kReplaced = 5,     // a newer session with the same client id took over
+  // Client closes for good: it will never resume this id, so the node may
+  // forget the id's dedupe record (kClientClose keeps it for a resume).
+  kClientDone = 6,
 };
 
 struct Goodbye {

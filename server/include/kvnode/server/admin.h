@@ -58,8 +58,9 @@ struct StatsView {
   int64_t pid = 0;
   uint64_t generation = 0;
   std::string build_id;
-  uint64_t clients = 0;  // sessions in Ready
-  uint64_t qps = 0;      // live verbs QPs (kvrdma accounting)
+  uint64_t clients = 0;         // sessions in Ready
+  uint64_t client_records = 0;  // dedupe records held: live and departed client ids
+  uint64_t qps = 0;             // live verbs QPs (kvrdma accounting)
   uint64_t mrs = 0;
   uint64_t mws = 0;
   uint64_t pinned_bytes = 0;

@@ -67,6 +67,9 @@ class ControlSession {
     // the owner), nullopt for an orderly Goodbye from the client.
     std::optional<ErrorKind> error;
     std::string why;  // for the log
+    // Goodbye{client done}: the client never resumes its id, so its dedupe
+    // record may go with the session.
+    bool client_done = false;
   };
   using Event = std::variant<HelloEvent, ClientQpEvent, MoveAckEvent, ClosedEvent>;
 

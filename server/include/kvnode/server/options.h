@@ -88,8 +88,9 @@ struct ServerOptions {
   // --dedupe_window. Applied writes remembered per client id (answers to
   // retried (client id, sequence) pairs). Default 1024 (the contract's floor).
   uint32_t dedupe_window = 1024;
-  // --max_client_records. Dedupe records of disconnected clients kept for
-  // their reconnect (oldest dropped first). Default 4096.
+  // --max_client_records. Dedupe records of departed clients kept for their
+  // reconnect (oldest dropped first; a client that closes for good, Goodbye
+  // reason 6, takes its record with it). Default 4096.
   uint32_t max_client_records = 4096;
   // --spin_us. After activity the data-plane thread busy-polls its CQ this
   // long before sleeping on the completion channel. Default 20.
