@@ -66,7 +66,7 @@ options:
   -h, --help         this text
 
 Examples:
-  deploy/soak.sh --upgrades 200                 ~75 min in the TCG guest (idle 2-core host)
+  deploy/soak.sh --upgrades 200                 ~35 min in the TCG guest (idle 2-core host)
   deploy/soak.sh --upgrades 20 --seed 42        replays the same fault cells
 EOF
 }
