@@ -123,9 +123,9 @@ void StoreBackend::Write(std::span<const WriteRequest> requests, std::span<Write
 
 void StoreBackend::ForgetClient(uint64_t client_id) {
   absl::Status s = store_->DeleteSideRecord(ClientRecordKey(client_id));
-  // RocksDB is not open in this process (a live upgrade between the writer
-  // switch and the new process's open): the persisted record stays until it
-  // ages out, like a vanished client's; it can answer nobody but that client.
+  // RocksDB is not open in this process (during a live upgrade: the old
+  // process after the writer switch, the new one before its open): the
+  // persisted record stays until it ages out, like a vanished client's.
   if (!s.ok() && !absl::IsFailedPrecondition(s)) {
     LOG(WARNING) << "dropping the persisted dedupe record of client " << client_id << ": " << s;
   }

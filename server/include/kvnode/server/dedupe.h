@@ -23,10 +23,10 @@
 // Memory: the entries themselves in record order, 24 bytes each, and no
 // index. The node keeps a window for every client id it remembers (up to
 // --max_client_records, most of them clients that left without closing for
-// good), so the window's size is what those cost. Lookups stay cheap without an index: a client's
-// sequences rise, so a new write is above every recorded sequence (one
-// comparison), and a retry is among the newest entries (a short scan from the
-// newest end).
+// good), so the window's size is what those cost. Lookups stay cheap without
+// an index: a client's sequences rise, so a new write is above every recorded
+// sequence (one comparison), and a retry is among the newest entries (a short
+// scan from the newest end).
 //
 // Across crashes (docs/format.md "Client records"): every applied write also
 // stores, in the same RocksDB batch, its client's newest entries (as many as
