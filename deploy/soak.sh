@@ -293,6 +293,14 @@ state_line() {
   echo "clients $S_CLIENTS records $S_RECORDS QP $S_QP/$S_TQP MR $S_MR/$S_TMR fd $S_FD" \
     "rss $S_RSS malloc $((used >> 10))/$((free >> 10)) KiB"
 }
+# Waits up to 120 s for the steady state (WAITED_FOR then lists what had
+# differed meanwhile); past that, fails the soak with the state now and at the
+# start. $1: after what.
+await_steady() {
+  WAITED_FOR=""
+  kv_wait_for 120 steady && return 0
+  soak_fail "$1: not back to the steady state within 120 s (waited for: $WAITED_FOR): $(state_line) children '$S_CHILD' shm '$S_SHM' foreign $S_FOREIGN (start: records $B_RECORDS QP $B_QP/$B_TQP MR $B_MR/$B_TMR fd $B_FD shm $B_SHM; fds now: $(fd_list "$KV_PID"); at start: $B_FDS)"
+}
 
 # Last progress line of a kvload log -> "failed verify_err stale" ("0 0 0"
 # before the first, which kvload prints after 1 s). One exec: the log's tail.
@@ -503,8 +511,7 @@ for ((i = 1; i <= upgrades; i++)); do
     draw ${#cell_list[@]}
     cell=${cell_list[$DRAW]}
     fault_attempt "$cell"
-    WAITED_FOR=""
-    kv_wait_for 120 steady || soak_fail "after fault $cell: not back to the steady state within 120 s (waited for: $WAITED_FOR): $(state_line) children '$S_CHILD' shm '$S_SHM' foreign $S_FOREIGN (start: records $B_RECORDS QP $B_QP/$B_TQP MR $B_MR/$B_TMR fd $B_FD shm $B_SHM; fds now: $(fd_list "$KV_PID"); at start: $B_FDS)"
+    await_steady "after fault $cell"
     check_load "$KV_DIR/kvload.log" "$load_pid" kvload
     note=" after fault $cell"
   fi
@@ -547,8 +554,8 @@ for ((i = 1; i <= upgrades; i++)); do
     kv_log "upgrade $i: churn kvload $churns on the new process $(((t_c1 - t_c) / 1000000)) ms after the old one's exit, stopped clean in $((($(kv_now_ns) - t_c1) / 1000000)) ms"
   fi
   check_load "$KV_DIR/kvload.log" "$load_pid" kvload
-  t_chk=$(kv_now_ns) WAITED_FOR=""
-  kv_wait_for 120 steady || soak_fail "upgrade $i: not back to the steady state within 120 s (waited for: $WAITED_FOR): $(state_line) children '$S_CHILD' shm '$S_SHM' foreign $S_FOREIGN (start: records $B_RECORDS QP $B_QP/$B_TQP MR $B_MR/$B_TMR fd $B_FD shm $B_SHM; fds now: $(fd_list "$KV_PID"); at start: $B_FDS)"
+  t_chk=$(kv_now_ns)
+  await_steady "upgrade $i"
   # printf's %(...)T, not date: under the load an exec of date took 0.6 s.
   printf '[soak %(%H:%M:%S)T] upgrade %d/%d: %s -> %s (%s) owned %d ms, old exit %d ms, steady %d ms later%s (%s%s); %s\n' \
     -1 "$i" "$upgrades" "$UP_OLD" "$UP_NEW" "$bid" \
