@@ -133,9 +133,7 @@ namespace {
 void RestartCold(const std::vector<std::string>& start_argv, uint64_t generation) {
   std::vector<std::string> args = kvnode::upgrade::WithoutHandoffArg(start_argv);
   args.push_back(absl::StrCat("--generation=", generation));
-  std::vector<char*> argvp;
-  for (std::string& a : args) argvp.push_back(a.data());
-  argvp.push_back(nullptr);
+  std::vector<char*> argvp = kvnode::upgrade::ExecArgv(args);
   google::FlushLogFiles(google::GLOG_INFO);
   execv("/proc/self/exe", argvp.data());
   PLOG(ERROR) << "kvnode: exec /proc/self/exe for a cold start";

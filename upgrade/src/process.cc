@@ -200,6 +200,14 @@ std::vector<std::string> BuildChildArgv(std::span<const std::string> argv, const
   return out;
 }
 
+std::vector<char*> ExecArgv(std::vector<std::string>& args) {
+  std::vector<char*> out;
+  out.reserve(args.size() + 1);
+  for (std::string& a : args) out.push_back(a.data());
+  out.push_back(nullptr);
+  return out;
+}
+
 std::string ExitStatus::ToString() const {
   if (exited) return absl::StrCat("exited ", code);
   if (signaled) return absl::StrCat("killed by signal ", signal, " (", strsignal(signal), ")");
@@ -277,12 +285,8 @@ absl::StatusOr<Process> SpawnWithHandoff(const SpawnRequest& req, base::UniqueFd
   if (req.argv.empty()) return absl::InvalidArgumentError("upgrade: spawn with an empty argv");
   if (!child_end.valid()) return absl::InvalidArgumentError("upgrade: spawn without a channel fd");
 
-  const std::vector<std::string> args =
-      BuildChildArgv(req.argv, HandoffArg{kChildChannelFd, getpid()});
-  std::vector<char*> argvp;
-  argvp.reserve(args.size() + 1);
-  for (const std::string& a : args) argvp.push_back(const_cast<char*>(a.c_str()));
-  argvp.push_back(nullptr);
+  std::vector<std::string> args = BuildChildArgv(req.argv, HandoffArg{kChildChannelFd, getpid()});
+  std::vector<char*> argvp = ExecArgv(args);
 
   SpawnAttributes sa;
   if (int e = sa.Prepare(child_end.get()); e != 0) {

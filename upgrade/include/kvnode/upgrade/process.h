@@ -67,6 +67,9 @@ std::string FormatHandoffArg(const HandoffArg& a);  // "--upgrade_handoff=5:1234
 std::vector<std::string> WithoutHandoffArg(std::span<const std::string> argv);
 // WithoutHandoffArg(argv) with FormatHandoffArg(a) appended.
 std::vector<std::string> BuildChildArgv(std::span<const std::string> argv, const HandoffArg& a);
+// The argv execv and posix_spawn take: pointers into args (which must
+// outlive it), then a null.
+std::vector<char*> ExecArgv(std::vector<std::string>& args);
 
 // --- processes ---------------------------------------------------------------
 
