@@ -120,11 +120,13 @@ void ServerImpl::Accept() {
       close(fd);
       continue;
     }
-    auto c = std::make_unique<Conn>(ControlConfig{auth_token_});
+    auto c = std::make_unique<Conn>(ControlConfig{auth_token_},
+                                    Liveness(opt_.keepalive_interval, opt_.keepalive_misses));
     c->id = next_conn_id_++;
     c->fd.Reset(fd);
     c->peer = PeerName(fd);
-    c->accepted = c->last_rx = c->last_keepalive = absl::Now();
+    c->accepted = absl::Now();
+    c->liveness.Accepted(c->accepted);
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLRDHUP;
     ev.data.u64 = c->id;
@@ -145,7 +147,7 @@ void ServerImpl::OnConnReadable(Conn& c) {
   for (int rounds = 0; rounds < 8; ++rounds) {
     const ssize_t n = recv(c.fd.get(), buf, sizeof(buf), MSG_DONTWAIT);
     if (n > 0) {
-      c.last_rx = absl::Now();
+      c.liveness.Heard(absl::Now());
       c.session.OnBytes(std::span<const uint8_t>(buf, static_cast<size_t>(n)), &events);
       if (c.session.closed()) break;
       continue;
@@ -315,7 +317,7 @@ void ServerImpl::OnQpConnected(uint64_t id, const absl::Status& st, absl::Time c
     return;
   }
   c->ready = true;
-  c->last_keepalive = absl::Now();
+  c->liveness.Ready(absl::Now());
   metrics_.Add(Counter::kSessionsAccepted);
   // Each step's time since accept: a slow Welcome is this node's session
   // set-up, a slow ClientQp the client's QP set-up, a slow Ready the QP's
@@ -425,18 +427,17 @@ void ServerImpl::Timers() {
       }
       continue;
     }
-    if (opt_.keepalive_interval <= absl::ZeroDuration()) continue;
-    if (now - c->last_rx > opt_.keepalive_interval * opt_.keepalive_misses) {
+    if (c->liveness.Silent(now)) {
       LOG(WARNING) << "client " << c->client_id << " (" << c->peer << "): nothing received for "
-                   << absl::FormatDuration(now - c->last_rx) << " (" << opt_.keepalive_misses
-                   << " keepalives missed); cut";
+                   << absl::FormatDuration(c->liveness.SilentFor(now)) << " ("
+                   << c->liveness.misses() << " keepalives missed); cut";
       metrics_.Error(ErrorKind::kKeepaliveTimeout);
       c->session.Goodbye(proto::GoodbyeReason::kIdleTimeout, "keepalive timeout");
       CloseConn(*c, false);
       continue;
     }
-    if (now - c->last_keepalive >= opt_.keepalive_interval) {
-      c->last_keepalive = now;
+    if (c->liveness.KeepaliveDue(now)) {
+      c->liveness.Sent(now);
       if (c->session.SendKeepalive(++c->nonce).ok()) FlushConn(*c);
     }
   }

@@ -41,6 +41,7 @@
 #include "kvnode/rdma/pd.h"
 #include "kvnode/server/admin.h"
 #include "kvnode/server/control_session.h"
+#include "kvnode/server/liveness.h"
 #include "kvnode/server/rpc_handler.h"
 #include "kvnode/server/server.h"
 #include "kvnode/storage/limits.h"
@@ -74,8 +75,7 @@ struct Conn {
   absl::Time hello_at;  // the handshake's steps, for the "session ready" log line
   absl::Time welcome_at;
   absl::Time client_qp_at;
-  absl::Time last_rx;
-  absl::Time last_keepalive;
+  Liveness liveness;
   uint64_t client_id = 0;
   bool data_session = false;  // a DataPlane session exists (or is being made)
   bool ready = false;
@@ -84,7 +84,7 @@ struct Conn {
   bool want_write = false;   // EPOLLOUT registered
   uint64_t nonce = 0;
 
-  explicit Conn(ControlConfig c) : session(std::move(c)) {}
+  Conn(ControlConfig c, Liveness l) : session(std::move(c)), liveness(l) {}
 };
 
 struct AdminConn {
