@@ -46,6 +46,14 @@ class StringWriter {
     out_->append(reinterpret_cast<const char*>(b.data()), b.size());
   }
   size_t size() const { return out_->size(); }
+  // `n` more bytes (zeros) for the caller to fill, e.g. with a SpanWriter:
+  // a large message grows its buffer once and is written without a size
+  // check per field.
+  std::span<uint8_t> Extend(size_t n) {
+    const size_t at = out_->size();
+    out_->resize(at + n);
+    return {reinterpret_cast<uint8_t*>(out_->data()) + at, n};
+  }
 
  private:
   void Put(uint64_t v, size_t n) {
