@@ -157,17 +157,27 @@ absl::StatusOr<std::pair<std::unique_ptr<server::Server>, std::unique_ptr<NewSid
   // 3. HandOver, or O's death.
   server::InheritedSockets inherited;
   HandOver ho;
-  SessionTable sessions;
-  // The session table's Sessions messages come first, then HandOver.
-  std::vector<Sessions> chunks;
+  // Client records come first, in Sessions messages: most of them while O
+  // still serves writes. Each is adopted as it arrives (a later record of a
+  // client replaces an earlier one) and answered with Adopted, which O
+  // waits for before it pauses writes: only what came during the pause is
+  // taken in during it.
+  uint32_t chunks = 0;
   const absl::Time handover_by = absl::Now() + upgrade.handover_deadline;
   absl::StatusOr<ReceivedMessage> m = ch.Receive(handover_by);
   while (m.ok() && std::holds_alternative<Sessions>(m->message)) {
-    if (chunks.size() == kMaxSessionChunks) {
+    if (chunks == kMaxSessionChunks) {
       return fail(absl::InvalidArgumentError("more Sessions messages than the protocol allows"),
                   true);
     }
-    chunks.push_back(std::move(std::get<Sessions>(m->message)));
+    ++chunks;
+    const std::vector<SessionRecord>& records = std::get<Sessions>(m->message).sessions;
+    srv->ImportSessions(FromSessionRecords(records));
+    const Adopted adopted{static_cast<uint32_t>(records.size())};
+    if (absl::Status s = ch.Send(adopted, absl::Now() + upgrade.send_deadline); !s.ok()) {
+      m = WithContext(s, "sending Adopted");  // as a failed receive: O may have died
+      break;
+    }
     m = ch.Receive(handover_by);
   }
   if (!m.ok()) {
@@ -192,9 +202,15 @@ absl::StatusOr<std::pair<std::unique_ptr<server::Server>, std::unique_ptr<NewSid
       if (ho.fd_roles[i] == FdRole::kListenTcp) inherited.listen_fd = m->fds[i].Release();
       if (ho.fd_roles[i] == FdRole::kAdminSocket) inherited.admin_fd = m->fds[i].Release();
     }
-    absl::StatusOr<SessionTable> joined = JoinSessions(std::move(chunks), ho);
-    if (!joined.ok()) return fail(WithContext(joined.status(), "the session table"), true);
-    sessions = std::move(*joined);
+    if (chunks != ho.session_chunks) {
+      return fail(absl::DataLossError(absl::StrCat("HandOver announces ", ho.session_chunks,
+                                                   " Sessions messages, ", chunks, " arrived")),
+                  true);
+    }
+    srv->ImportSessions(FromSessionRecords(ho.sessions.sessions));
+    if (absl::Status s = srv->RetainSessions(ho.client_ids); !s.ok()) {
+      return fail(WithContext(s, "the session table"), true);
+    }
   } else {
     return fail(UnexpectedMessage(m->message, "HandOver"), true);
   }
@@ -204,6 +220,9 @@ absl::StatusOr<std::pair<std::unique_ptr<server::Server>, std::unique_ptr<NewSid
   // counters.
   if (absl::Status s = MaybeInjectFault(Phase::kNOpenDb); !s.ok()) return fail(s, !tail->alone_);
   if (tail->alone_) {
+    // Records O sent before it died may be older than what it persisted
+    // since: the cold start's records from RocksDB are the ones to trust.
+    (void)srv->RetainSessions({});
     if (absl::Status s = srv->CompleteTakeover(inherited); !s.ok()) {
       return fail(WithContext(s, "opening RocksDB / adopting the sockets"), false);
     }
@@ -212,7 +231,6 @@ absl::StatusOr<std::pair<std::unique_ptr<server::Server>, std::unique_ptr<NewSid
   }
   mark(tail->alone_ ? "n_open_db" : "n_switch");
   if (!tail->alone_) {
-    srv->ImportSessions(FromSessionTable(sessions));
     const std::vector<std::pair<std::string, uint64_t>> counters = FromCounters(ho.counters);
     srv->metrics().Import(counters);
     metrics->ImportFrom(counters);

@@ -44,15 +44,16 @@ absl::Status OnControlWithDone(server::Server* s,
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<server::ClientRecordExport>> ExportSessionsBlocking(
-    server::Server* s, absl::Duration timeout) {
+absl::StatusOr<server::RecordsExport> ExportSessionsBlocking(server::Server* s,
+                                                             uint64_t changed_after, bool with_live,
+                                                             absl::Duration timeout) {
   struct State {
     absl::Notification n;
-    std::vector<server::ClientRecordExport> records;
+    server::RecordsExport records;
   };
   auto st = std::make_shared<State>();
-  s->RunOnControlThread([s, st] {
-    s->ExportSessions([st](std::vector<server::ClientRecordExport> r) {
+  s->RunOnControlThread([s, st, changed_after, with_live] {
+    s->ExportSessions(changed_after, with_live, [st](server::RecordsExport r) {
       st->records = std::move(r);
       st->n.Notify();
     });
@@ -146,15 +147,16 @@ SessionTable ToSessionTable(const std::vector<server::ClientRecordExport>& recor
   return t;
 }
 
-std::vector<server::ClientRecordExport> FromSessionTable(const SessionTable& t) {
+std::vector<server::ClientRecordExport> FromSessionRecords(const std::vector<SessionRecord>& t) {
   std::vector<server::ClientRecordExport> out;
-  out.reserve(t.sessions.size());
-  for (const SessionRecord& sr : t.sessions) {
+  out.reserve(t.size());
+  for (const SessionRecord& sr : t) {
     server::ClientRecordExport r;
     r.client_id = sr.client_id;
     r.secret = sr.resume_secret;
     r.window.has_floor = sr.highest_sequence != 0;
     r.window.floor = sr.highest_sequence;
+    r.window.entries.reserve(sr.window.size());
     for (const DedupeEntry& e : sr.window) {
       r.window.entries.push_back(server::DedupeEntry{e.sequence, e.opcode, e.status, e.version});
     }

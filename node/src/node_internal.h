@@ -29,8 +29,10 @@ absl::Status OnControl(server::Server* s, std::function<void(server::Server*)> f
 absl::Status OnControlWithDone(server::Server* s,
                                std::function<void(server::Server*, std::function<void()>)> f,
                                absl::Duration timeout);
-absl::StatusOr<std::vector<server::ClientRecordExport>> ExportSessionsBlocking(
-    server::Server* s, absl::Duration timeout);
+// Server::ExportSessions, waited for.
+absl::StatusOr<server::RecordsExport> ExportSessionsBlocking(server::Server* s,
+                                                             uint64_t changed_after, bool with_live,
+                                                             absl::Duration timeout);
 
 struct MoveResult {
   uint64_t sent = 0;
@@ -42,7 +44,7 @@ MoveResult MoveClientsBlocking(server::Server* s, const std::string& endpoint,
                                uint64_t new_generation, absl::Duration deadline);
 
 SessionTable ToSessionTable(const std::vector<server::ClientRecordExport>& records);
-std::vector<server::ClientRecordExport> FromSessionTable(const SessionTable& t);
+std::vector<server::ClientRecordExport> FromSessionRecords(const std::vector<SessionRecord>& t);
 CounterSnapshot ToCounters(const std::vector<std::pair<std::string, uint64_t>>& v);
 std::vector<std::pair<std::string, uint64_t>> FromCounters(const CounterSnapshot& c);
 

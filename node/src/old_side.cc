@@ -43,6 +43,11 @@ struct OldSide::Attempt {
   uint64_t new_generation = 0;
   std::string header_name;
   absl::Time paused_at;  // upgrade thread only
+  // Client records sent ahead of HandOver (upgrade thread only): the
+  // Sessions messages so far, and the change mark of the records sent
+  // before the pause.
+  uint32_t session_chunks = 0;
+  uint64_t presend_mark = 0;
   std::vector<std::pair<std::string, uint64_t>> counters_at_handover;
   uint64_t moved = 0;
   uint64_t cut = 0;
@@ -92,6 +97,14 @@ struct OldSide::Attempt {
     lease = std::min(deadline, pause_limit_at);
     return absl::OkStatus();
   }
+};
+
+// What SendRecords sent.
+struct OldSide::SentRecords {
+  size_t records = 0;                // records sent
+  size_t messages = 0;               // Sessions messages they took
+  uint64_t mark = 0;                 // server::RecordsExport::mark
+  std::vector<uint64_t> client_ids;  // of every record held
 };
 
 namespace {
@@ -254,6 +267,7 @@ absl::Status OldSide::Handoff(std::shared_ptr<Attempt> ap) {
   Attempt& a = *ap;
   if (absl::Status s = SpawnNewProcess(a); !s.ok()) return s;
   if (absl::Status s = AwaitHelloAndReady(a); !s.ok()) return s;
+  if (absl::Status s = SendIdleSessions(a); !s.ok()) return s;
   if (absl::Status s = PauseWritesAndReleaseDb(ap); !s.ok()) return s;
   if (absl::Status s = SendHandOver(ap); !s.ok()) return s;
   if (absl::Status s = AwaitOwned(a); !s.ok()) return s;
@@ -384,6 +398,67 @@ absl::Status OldSide::AwaitHelloAndReady(Attempt& a) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<OldSide::SentRecords> OldSide::SendRecords(Attempt& a, const char* step,
+                                                          uint64_t changed_after, bool with_live) {
+  absl::StatusOr<server::RecordsExport> e =
+      ExportSessionsBlocking(server_, changed_after, with_live,
+                             a.Cap(absl::Now() + options_.control_task_deadline) - absl::Now());
+  if (!e.ok()) return e.status();
+  SentRecords sent{e->records.size(), 0, e->mark, std::move(e->client_ids)};
+  absl::StatusOr<std::vector<Sessions>> chunks = SplitSessions(ToSessionTable(e->records).sessions);
+  e->records.clear();
+  if (!chunks.ok()) return WithContext(chunks.status(), "splitting the session table");
+  // Sending and N's taking in: O(records), up to ~75 MB at the defaults'
+  // bound, so the generic step deadline (capped by the pause limit once
+  // writes wait) rather than a send's.
+  const absl::Time deadline = a.Cap(absl::Now() + options_.step_deadline);
+  if (absl::Status s = a.Step(step, deadline); !s.ok()) return s;
+  HandoffChannel* ch;
+  {
+    absl::MutexLock l(&a.mu);
+    ch = &*a.channel;
+  }
+  for (size_t i = 0; i < chunks->size(); ++i) {
+    // Moved into the message: a chunk holds up to 64 MiB of windows.
+    const HandoffMessage m(std::move((*chunks)[i]));
+    if (absl::Status s = ch->Send(m, deadline); !s.ok()) {
+      return WithContext(s, absl::StrCat("sending Sessions ", i + 1, " of ", chunks->size()));
+    }
+  }
+  sent.messages = chunks->size();
+  a.session_chunks += static_cast<uint32_t>(chunks->size());
+  // N answers each with Adopted once it has taken the records in: the
+  // caller's next step (the pause, HandOver) does not wait behind that work.
+  for (size_t i = 0; i < chunks->size(); ++i) {
+    absl::StatusOr<ReceivedMessage> m = Receive(a, deadline);
+    if (!m.ok()) return WithContext(m.status(), "waiting for Adopted");
+    if (const Abort* ab = std::get_if<Abort>(&m->message)) {
+      return absl::AbortedError(absl::StrCat("new process aborted: ", ab->message));
+    }
+    if (!std::holds_alternative<Adopted>(m->message)) {
+      return UnexpectedMessage(m->message, "Adopted");
+    }
+  }
+  return sent;
+}
+
+// Sends the records of clients without a session before writes pause. They
+// change only when their client comes back, and they are most of the table
+// of a node whose clients come and go: up to --max_client_records windows
+// of --dedupe_window entries, tens of megabytes. HandOver then carries only
+// what changed since, so that their size is not the writes' wait.
+absl::Status OldSide::SendIdleSessions(Attempt& a) {
+  if (absl::Status s = LocalStep(a, "o_presend"); !s.ok()) return s;
+  absl::StatusOr<SentRecords> sent =
+      SendRecords(a, "o_presend", /*changed_after=*/0, /*with_live=*/false);
+  if (!sent.ok()) return WithContext(sent.status(), "sending the idle clients' records");
+  a.presend_mark = sent->mark;
+  LOG(INFO) << "upgrade: " << sent->records << " records of clients without a session sent ("
+            << sent->messages << " Sessions messages)";
+  Mark(a, "o_presend");
+  return absl::OkStatus();
+}
+
 // Pauses writes (from here every wait is capped by the pause limit) and
 // releases RocksDB: this process writes no more, but keeps the database open
 // (its close, which flushes the memtable first, is off the write path,
@@ -427,8 +502,9 @@ absl::Status OldSide::PauseWritesAndReleaseDb(const std::shared_ptr<Attempt>& ap
   return absl::OkStatus();
 }
 
-// Stops accepting, exports the session table and sends it (Sessions
-// messages) and then HandOver with the listening and admin sockets. From
+// Stops accepting, sends the client records that changed since
+// SendIdleSessions or have a session (Sessions messages), and then HandOver
+// with the listening and admin sockets and the ids of every record. From
 // HandOver on, the new process may own RocksDB.
 absl::Status OldSide::SendHandOver(const std::shared_ptr<Attempt>& ap) {
   Attempt& a = *ap;
@@ -444,45 +520,25 @@ absl::Status OldSide::SendHandOver(const std::shared_ptr<Attempt>& ap) {
     return s;
   }
   if (absl::Status s = MaybeInjectFault(Phase::kOHandover); !s.ok()) return s;
-  absl::StatusOr<std::vector<server::ClientRecordExport>> records = ExportSessionsBlocking(
-      server_, a.Cap(absl::Now() + options_.control_task_deadline) - absl::Now());
-  if (!records.ok()) return records.status();
+  absl::StatusOr<SentRecords> sent =
+      SendRecords(a, "o_handover_prep", a.presend_mark, /*with_live=*/true);
+  if (!sent.ok()) return sent.status();
   HandOver ho;
   ho.generation = a.new_generation;
   // Writes are paused and RocksDB released: nothing moves it any more.
   ho.last_version = server_->last_version();
   ho.fd_roles = {FdRole::kListenTcp, FdRole::kAdminSocket};
-  // The table travels in Sessions messages before HandOver, as many as its
-  // size needs: HandOver itself stays small whatever the number of clients.
-  SessionTable table = ToSessionTable(*records);
-  absl::StatusOr<std::vector<Sessions>> chunks = SplitSessions(std::move(table.sessions));
-  if (!chunks.ok()) return WithContext(chunks.status(), "splitting the session table");
-  ho.sessions.next_client_id = table.next_client_id;
-  ho.session_chunks = static_cast<uint32_t>(chunks->size());
-  size_t session_records = 0;
-  for (const Sessions& c : *chunks) session_records += c.sessions.size();
+  // The records travel in Sessions messages before HandOver, as many as
+  // their size needs: HandOver itself stays small whatever the number of
+  // clients (8 bytes an id).
+  ho.session_chunks = a.session_chunks;
+  ho.client_ids = std::move(sent->client_ids);
   Mark(a, "o_handover_prep");
   a.counters_at_handover = server_->metrics().Export();
   metrics_->ExportTo(&a.counters_at_handover);
   ho.counters = ToCounters(a.counters_at_handover);
   const int fds[2] = {server_->listen_fd(), server_->admin_fd()};
   const absl::Time deadline = a.Cap(absl::Now() + options_.handover_send_deadline);
-  {
-    // N cannot open RocksDB before HandOver: a failure here rolls back like
-    // any step before it.
-    HandoffChannel* sch;
-    {
-      absl::MutexLock l(&a.mu);
-      if (a.abandoned) return absl::AbortedError("the upgrade watchdog took over");
-      if (a.cancel) return absl::CancelledError("canceled by a shutdown signal");
-      sch = &*a.channel;
-    }
-    for (size_t i = 0; i < chunks->size(); ++i) {
-      if (absl::Status s = sch->Send((*chunks)[i], deadline); !s.ok()) {
-        return WithContext(s, absl::StrCat("sending Sessions ", i + 1, " of ", chunks->size()));
-      }
-    }
-  }
   HandoffChannel* ch;
   {
     // From here N may open RocksDB: a rollback must kill N first.
@@ -497,9 +553,9 @@ absl::Status OldSide::SendHandOver(const std::shared_ptr<Attempt>& ap) {
   if (absl::Status s = ch->Send(ho, fds, deadline); !s.ok()) {
     return WithContext(s, "sending HandOver");
   }
-  LOG(INFO) << "upgrade: HandOver sent (" << session_records << " client records in "
-            << ho.session_chunks << " Sessions messages, " << ho.counters.counters.size()
-            << " counters)";
+  LOG(INFO) << "upgrade: HandOver sent (" << sent->records << " client records sent in the pause, "
+            << ho.client_ids.size() << " held; " << ho.session_chunks
+            << " Sessions messages in all, " << ho.counters.counters.size() << " counters)";
   return absl::OkStatus();
 }
 

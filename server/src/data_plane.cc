@@ -103,6 +103,7 @@ DataPlane::DataPlane(const DataPlaneConfig& config, DataPlaneResources resources
       backend_(backend),
       metrics_(metrics),
       on_lost_(std::move(on_lost)),
+      records_(config.dedupe_window, config.max_client_records),
       response_inline_bytes_(config.response_inline_bytes) {}
 
 absl::StatusOr<std::unique_ptr<DataPlane>> DataPlane::Create(const DataPlaneConfig& config,
@@ -274,37 +275,15 @@ void DataPlane::Loop() {
   }
 }
 
-ClientRecord* DataPlane::RecordFor(uint64_t client_id) {
-  auto it = records_.find(client_id);
-  if (it != records_.end()) return it->second.get();
-  auto rec = std::make_unique<ClientRecord>(
-      ClientRecord{client_id, DedupeWindow(config_.dedupe_window), NowNs()});
-  ClientRecord* raw = rec.get();
-  records_.emplace(client_id, std::move(rec));
-  TrimRecords();
-  return raw;
-}
-
 void DataPlane::TrimRecords() {
-  while (records_.size() > config_.max_client_records) {
-    // Drop the record idle longest (never one with a live session).
-    uint64_t victim = 0;
-    uint64_t oldest = UINT64_MAX;
-    for (const auto& [id, rec] : records_) {
-      if (by_client_.contains(id)) continue;
-      if (rec->last_active_ns < oldest) {
-        oldest = rec->last_active_ns;
-        victim = id;
-      }
-    }
-    if (oldest == UINT64_MAX) break;
-    ForgetRecord(victim);
+  for (uint64_t id : records_.Trim(Live())) {
+    backend_->ForgetClient(id);  // its persisted record goes with it
   }
   client_records_.store(records_.size(), std::memory_order_relaxed);
 }
 
 void DataPlane::ForgetRecord(uint64_t client_id) {
-  records_.erase(client_id);
+  records_.Erase(client_id);
   backend_->ForgetClient(client_id);  // its persisted record goes with it
   client_records_.store(records_.size(), std::memory_order_relaxed);
 }
@@ -326,8 +305,8 @@ absl::StatusOr<SessionSetup> DataPlane::CreateSession(uint64_t conn_id,
   SessionSetup setup;
   uint64_t client_id = 0;
   if (requested_client_id != 0) {
-    auto rec = records_.find(requested_client_id);
-    if (rec != records_.end() && SecretMatches(rec->second->secret, presented_secret)) {
+    const ClientRecord* rec = records_.Find(requested_client_id);
+    if (rec != nullptr && SecretMatches(rec->secret, presented_secret)) {
       client_id = requested_client_id;
     } else {
       // An unknown id (forgotten, or from another node) or a wrong secret:
@@ -410,7 +389,11 @@ absl::StatusOr<SessionSetup> DataPlane::CreateSession(uint64_t conn_id,
   }
 
   free_blocks_.pop_back();
-  s->record = RecordFor(client_id);
+  const size_t records_before = records_.size();
+  s->record = records_.Open(client_id, NowNs());
+  // A new record may push the oldest idle one out (this one is the newest:
+  // --max_client_records >= --max_clients keeps it in).
+  if (records_.size() > records_before) TrimRecords();
   // A new id's record (or a resumed id's whose record was aged out while its
   // old session was torn down) gets its secret here; a resumed id keeps its.
   if (s->record->secret == ResumeSecret{}) s->record->secret = fresh_secret;
@@ -498,7 +481,7 @@ void DataPlane::Reap(Session& s, const std::string& why, std::optional<ErrorKind
   if (auto c = by_client_.find(s.client_id); c != by_client_.end() && c->second == &s) {
     by_client_.erase(c);
   }
-  if (s.record != nullptr) s.record->last_active_ns = NowNs();
+  if (s.record != nullptr) records_.Closed(s.record, NowNs());
   if (s.connected) ready_sessions_.fetch_sub(1, std::memory_order_relaxed);
   metrics_->Add(Counter::kSessionsClosed);
   if (kind.has_value()) metrics_->Error(*kind);
@@ -548,22 +531,19 @@ std::vector<MrRow> DataPlane::WindowRows() const {
   return rows;
 }
 
-std::vector<ClientRecordExport> DataPlane::ExportRecords() const {
-  std::vector<ClientRecordExport> out;
-  out.reserve(records_.size());
-  for (const auto& [id, rec] : records_) out.push_back({id, rec->window.Export(), rec->secret});
-  return out;
+RecordsExport DataPlane::ExportRecords(uint64_t changed_after, bool with_live) const {
+  return records_.Export(changed_after, with_live, Live());
 }
 
 void DataPlane::ImportRecords(const std::vector<ClientRecordExport>& records) {
-  for (const ClientRecordExport& r : records) {
-    // A live session keeps pointing at its record: never replace that one.
-    if (r.client_id == 0 || by_client_.contains(r.client_id)) continue;
-    auto rec = std::make_unique<ClientRecord>(ClientRecord{
-        r.client_id, DedupeWindow::Import(r.window, config_.dedupe_window), NowNs(), r.secret});
-    records_[r.client_id] = std::move(rec);
-  }
-  TrimRecords();
+  records_.Import(records, NowNs(), Live());
+  client_records_.store(records_.size(), std::memory_order_relaxed);
+}
+
+absl::Status DataPlane::RetainRecords(const std::vector<uint64_t>& client_ids) {
+  if (absl::Status s = records_.Retain(client_ids); !s.ok()) return s;
+  TrimRecords();  // a no-op unless this process has a lower --max_client_records
+  return absl::OkStatus();
 }
 
 }  // namespace kvnode::server

@@ -35,6 +35,7 @@
 #include "kvnode/rdma/pd.h"
 #include "kvnode/rdma/qp.h"
 #include "kvnode/server/admin.h"
+#include "kvnode/server/client_records.h"
 #include "kvnode/server/dedupe.h"
 #include "kvnode/server/metrics.h"
 #include "kvnode/server/rpc_handler.h"
@@ -128,8 +129,15 @@ class DataPlane {
   bool writes_paused() const { return writes_paused_; }
   std::vector<ClientRow> ClientRows() const;
   std::vector<MrRow> WindowRows() const;
-  std::vector<ClientRecordExport> ExportRecords() const;
+  // The records of clients with a live session (when `with_live`) and of
+  // every other client whose record changed after `changed_after` (0: all).
+  RecordsExport ExportRecords(uint64_t changed_after, bool with_live) const;
+  // A record replaces the one held for its id, unless that id has a live
+  // session. Does not trim to --max_client_records (RetainRecords does).
   void ImportRecords(const std::vector<ClientRecordExport>& records);
+  // Drops every record not of `client_ids`, then trims. DataLoss when one
+  // of them has no record.
+  absl::Status RetainRecords(const std::vector<uint64_t>& client_ids);
 
   // Any thread (atomics).
   uint64_t live_sessions() const { return live_sessions_.load(std::memory_order_relaxed); }
@@ -168,11 +176,14 @@ class DataPlane {
 
   // Teardown (the order in the file comment). notify: call on_lost_.
   void Reap(Session& s, const std::string& why, std::optional<ErrorKind> kind, bool notify);
-  ClientRecord* RecordFor(uint64_t client_id);
   // A fresh client id (random, != 0, unused), from getrandom(2).
   absl::Status NewClientId(uint64_t* client_id) const;
   // Down to --max_client_records (the longest idle first); publishes the count.
   void TrimRecords();
+  // ClientRecords' view of which ids are in session.
+  auto Live() const {
+    return [this](uint64_t id) { return by_client_.contains(id); };
+  }
   // Drops a client's dedupe record, in memory and persisted.
   void ForgetRecord(uint64_t client_id);
 
@@ -191,7 +202,7 @@ class DataPlane {
   absl::flat_hash_map<uint64_t, std::unique_ptr<Session>> by_conn_;
   absl::flat_hash_map<uint32_t, Session*> by_serial_;  // wr_id -> session
   absl::flat_hash_map<uint64_t, Session*> by_client_;  // live session of a client id
-  absl::flat_hash_map<uint64_t, std::unique_ptr<ClientRecord>> records_;
+  ClientRecords records_;
   std::vector<uint32_t> free_blocks_;
   uint32_t next_serial_ = 1;
   uint32_t response_inline_bytes_;  // config_'s, 0 once the device refused it

@@ -214,15 +214,22 @@ size_t Server::PendingMoveAcks() const {
   for (const auto& [id, c] : impl_->conns_) n += c->move_pending ? 1 : 0;
   return n;
 }
-void Server::ExportSessions(std::function<void(std::vector<ClientRecordExport>)> done) {
+void Server::ExportSessions(uint64_t changed_after, bool with_live,
+                            std::function<void(RecordsExport)> done) {
   ServerImpl* s = impl_.get();
-  s->data_->Post([s, done = std::move(done)] {
-    s->control_tasks_->Post([done, r = s->data_->ExportRecords()] { done(r); });
+  s->data_->Post([s, changed_after, with_live, done = std::move(done)]() mutable {
+    s->control_tasks_->Post(
+        [done = std::move(done), r = s->data_->ExportRecords(changed_after, with_live)]() mutable {
+          done(std::move(r));
+        });
   });
 }
-void Server::ImportSessions(std::vector<ClientRecordExport> records) {
-  // Before Run(): the data thread does not exist yet, so this thread owns it.
+// Before Run(): the data thread does not exist yet, so this thread owns it.
+void Server::ImportSessions(const std::vector<ClientRecordExport>& records) {
   impl_->data_->ImportRecords(records);
+}
+absl::Status Server::RetainSessions(const std::vector<uint64_t>& client_ids) {
+  return impl_->data_->RetainRecords(client_ids);
 }
 void Server::MarkHandedOff() { impl_->handed_off_.store(true); }
 void Server::SetUpgradeInProgress(bool in_progress) {

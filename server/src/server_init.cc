@@ -156,10 +156,10 @@ absl::Status ServerImpl::CompleteTakeover(InheritedSockets inherited) {
   if (absl::Status s = store_->OpenDb(); !s.ok()) return s;
   LOG(INFO) << "takeover: RocksDB " << opt_.db_path << " opened in "
             << absl::FormatDuration(absl::Now() - t0);
-  // The dedupe records persisted with the writes: all a new process has when
-  // the old one died before HandOver (with HandOver, ImportSessions then
-  // replaces them by the old process's table). The data thread does not run
-  // yet: this thread owns the data plane.
+  // The dedupe records persisted with the writes: all a new process trusts
+  // when the old one died before HandOver (records it sent before it died
+  // may be older than what it persisted since). The data thread does not
+  // run yet: this thread owns the data plane.
   absl::StatusOr<std::vector<ClientRecordExport>> recs =
       backend_->LoadClientRecords(opt_.max_client_records);
   if (!recs.ok()) return recs.status();

@@ -1,5 +1,5 @@
 // The session table on its way from O to N: the server's dedupe records
-// (ClientRecordExport) -> ToSessionTable -> HandOver frame -> FromSessionTable
+// (ClientRecordExport) -> ToSessionTable -> HandOver frame -> FromSessionRecords
 // -> the server's records again. Whatever N imports must answer every retry O
 // would have answered, and must survive N's next cold start (persisted client
 // records are checked by DecodeClientRecord).
@@ -64,7 +64,7 @@ TEST(SessionTable, EveryFieldSurvivesTheHandOver) {
   ASSERT_TRUE(EncodeHandoff(ho, &frame).ok());
   absl::StatusOr<HandoffMessage> m = DecodeHandoff(AsBytes(frame));
   ASSERT_TRUE(m.ok()) << m.status();
-  ExpectSameRecords(FromSessionTable(std::get<HandOver>(*m).sessions), records);
+  ExpectSameRecords(FromSessionRecords(std::get<HandOver>(*m).sessions.sessions), records);
 }
 
 // What failed before the opcode travelled: N imported entries with opcode 0,
@@ -72,7 +72,7 @@ TEST(SessionTable, EveryFieldSurvivesTheHandOver) {
 // refused the record (and deleted it), so a retry was applied a second time.
 TEST(SessionTable, WhatNImportsItCanPersistAndReloadAfterACrash) {
   const std::vector<server::ClientRecordExport> imported =
-      FromSessionTable(ToSessionTable(SampleRecords()));
+      FromSessionRecords(ToSessionTable(SampleRecords()).sessions);
   for (const server::ClientRecordExport& r : imported) {
     SCOPED_TRACE(r.client_id);
     const server::DedupeWindow w = server::DedupeWindow::Import(r.window, 1024);
@@ -133,8 +133,8 @@ std::vector<server::ClientRecordExport> FullRecords(size_t clients, size_t windo
 }
 
 // O's side to N's side through real frames: SplitSessions, each Sessions and
-// the HandOver encoded (refused above kMaxHandoffPayloadSize) and decoded,
-// JoinSessions. Returns what N imports.
+// the HandOver encoded (refused above kMaxHandoffPayloadSize) and decoded.
+// Returns what N imports, in order.
 std::vector<server::ClientRecordExport> ThroughFrames(
     const std::vector<server::ClientRecordExport>& records, size_t* frames) {
   SessionTable table = ToSessionTable(records);
@@ -143,9 +143,9 @@ std::vector<server::ClientRecordExport> ThroughFrames(
   if (!chunks.ok()) return {};
   HandOver ho;
   ho.generation = 2;
-  ho.sessions.next_client_id = table.next_client_id;
   ho.session_chunks = static_cast<uint32_t>(chunks->size());
-  std::vector<Sessions> received;
+  for (const server::ClientRecordExport& r : records) ho.client_ids.push_back(r.client_id);
+  std::vector<server::ClientRecordExport> received;
   for (const Sessions& c : *chunks) {
     std::string f;
     const absl::Status s = EncodeHandoff(c, &f);
@@ -154,18 +154,18 @@ std::vector<server::ClientRecordExport> ThroughFrames(
     absl::StatusOr<HandoffMessage> m = DecodeHandoff(AsBytes(f));
     EXPECT_TRUE(m.ok()) << m.status();
     if (!m.ok()) return {};
-    received.push_back(std::move(std::get<Sessions>(*m)));
+    for (server::ClientRecordExport& r : FromSessionRecords(std::get<Sessions>(*m).sessions)) {
+      received.push_back(std::move(r));
+    }
   }
   std::string f;
   EXPECT_TRUE(EncodeHandoff(ho, &f).ok());
   absl::StatusOr<HandoffMessage> m = DecodeHandoff(AsBytes(f));
   EXPECT_TRUE(m.ok()) << m.status();
   if (!m.ok()) return {};
-  absl::StatusOr<SessionTable> joined = JoinSessions(std::move(received), std::get<HandOver>(*m));
-  EXPECT_TRUE(joined.ok()) << joined.status();
-  if (!joined.ok()) return {};
+  EXPECT_EQ(std::get<HandOver>(*m).client_ids, ho.client_ids);
   *frames = chunks->size() + 1;
-  return FromSessionTable(*joined);
+  return received;
 }
 
 // --max_clients' and --max_client_records' 4096 ids with full windows of the
@@ -201,7 +201,7 @@ TEST(SessionTableSize, AFullMaximumWindowCrossesWhole) {
   absl::StatusOr<HandoffMessage> m = DecodeHandoff(AsBytes(f));
   ASSERT_TRUE(m.ok()) << m.status();
   const std::vector<server::ClientRecordExport> got =
-      FromSessionTable(std::get<HandOver>(*m).sessions);
+      FromSessionRecords(std::get<HandOver>(*m).sessions.sessions);
   ASSERT_EQ(got.size(), 1u);
   const server::DedupeWindow w = server::DedupeWindow::Import(got[0].window, window);
   for (uint64_t seq : {uint64_t{1}, uint64_t{65536}, uint64_t{65537}, uint64_t{window}}) {
@@ -221,7 +221,7 @@ TEST(SessionTableSize, AnOversizeWindowKeepsTheNewestAndRaisesTheFloor) {
   ASSERT_EQ(t.sessions.size(), 1u);
   ASSERT_EQ(t.sessions[0].window.size(), kMaxDedupeWindow);
   EXPECT_EQ(t.sessions[0].highest_sequence, extra);  // sequences 1..10 forgotten
-  const std::vector<server::ClientRecordExport> got = FromSessionTable(t);
+  const std::vector<server::ClientRecordExport> got = FromSessionRecords(t.sessions);
   const server::DedupeWindow w = server::DedupeWindow::Import(got[0].window, kMaxDedupeWindow);
   for (uint64_t seq = 1; seq <= extra; ++seq) EXPECT_TRUE(w.TooOld(seq)) << seq;
   const uint64_t newest = kMaxDedupeWindow + extra;
@@ -253,22 +253,6 @@ TEST(SessionTableSize, SplitKeepsOrderAndEveryChunkUnderTheLimit) {
   // A record alone over the limit: an error, not a frame the peer refuses.
   SessionRecord big{99, 0, std::vector<DedupeEntry>(20, DedupeEntry{1, 2, 0, 0})};
   EXPECT_TRUE(absl::IsInvalidArgument(SplitSessions({big}, limit).status()));
-}
-
-TEST(SessionTableSize, JoinRefusesMissingChunksAndDuplicateIds) {
-  HandOver ho;
-  ho.session_chunks = 2;
-  ho.sessions.sessions.push_back(SessionRecord{3, 0, {}});
-  std::vector<Sessions> chunks = {Sessions{{SessionRecord{1, 0, {}}}}};
-  EXPECT_TRUE(absl::IsDataLoss(JoinSessions(chunks, ho).status()));
-  chunks.push_back(Sessions{{SessionRecord{2, 0, {}}}});
-  absl::StatusOr<SessionTable> t = JoinSessions(chunks, ho);
-  ASSERT_TRUE(t.ok()) << t.status();
-  ASSERT_EQ(t->sessions.size(), 3u);
-  EXPECT_EQ(t->sessions[0].client_id, 1u);
-  EXPECT_EQ(t->sessions[2].client_id, 3u);
-  chunks[1].sessions[0].client_id = 1;  // the same id in two chunks
-  EXPECT_TRUE(absl::IsInvalidArgument(JoinSessions(chunks, ho).status()));
 }
 
 }  // namespace

@@ -113,6 +113,8 @@ TEST(HandoffMessages, EncodersRefuseWhatDecodersWould) {
   EXPECT_FALSE(EncodeHandoff(HandOver{1, {}, zero, {}}, &f).ok());
   EXPECT_FALSE(
       EncodeHandoff(HandOver{1, {}, SampleSessions(1, kMaxDedupeWindow + 1), {}}, &f).ok());
+  EXPECT_FALSE(EncodeHandoff(HandOver{1, {}, {}, {}, 0, 0, {5, 0}}, &f).ok());
+  EXPECT_FALSE(EncodeHandoff(HandOver{1, {}, {}, {}, 0, 0, {5, 6, 5}}, &f).ok());
   EXPECT_FALSE(EncodeHandoff(Gone{0, 0, CounterSnapshot{{{"a", 1}, {"a", 2}}}}, &f).ok());
   EXPECT_FALSE(EncodeHandoff(Gone{0, 0, CounterSnapshot{{{"", 1}}}}, &f).ok());
   EXPECT_FALSE(EncodeHandoff(Owned{1, 0}, &f).ok());
@@ -131,6 +133,18 @@ TEST(HandoffMessages, DecoderRefusesDuplicatesAndLies) {
   f.replace(second, 8, f.substr(first, 8));
   absl::StatusOr<HandoffMessage> d = DecodeHandoff(AsBytes(f));
   EXPECT_TRUE(absl::IsInvalidArgument(d.status())) << d.status();
+
+  // HandOver's client ids: one listed twice, and a count the bytes behind it
+  // cannot back (the ids are the payload's last field).
+  h = HandOver{1, {}, {}, {}, 0, 0, {5, 6}};
+  f = Frame(h);
+  f.replace(f.size() - 8, 8, f.substr(f.size() - 16, 8));
+  d = DecodeHandoff(AsBytes(f));
+  EXPECT_TRUE(absl::IsInvalidArgument(d.status())) << d.status();
+  f = Frame(h);
+  f[f.size() - 16 - 4 + 2] = '\x01';  // 2 -> 65538 ids
+  d = DecodeHandoff(AsBytes(f));
+  EXPECT_TRUE(absl::IsDataLoss(d.status())) << d.status();
 
   // A session count of 2^32-1 with no bytes behind it: refused as truncation,
   // without reserving for it.

@@ -45,13 +45,15 @@ inline std::vector<HandoffMessage> AllSampleMessages() {
                SampleSessions(3, 4),
                SampleCounters(),
                5,
-               0x0102030405060708ULL},
+               0x0102030405060708ULL,
+               {3, 0x9e3779b97f4a7c15ULL, 1}},
       Owned{8, 4242},
       Gone{7, 1, CounterSnapshot{{{"ops_put", 3}}}},
       Abort{static_cast<uint32_t>(AbortCode::kIncompatible),
             "arena_layout_version: expected 1, found 2"},
       Sessions{SampleSessions(2, 3).sessions},
       Released{8},
+      Adopted{2},
   };
 }
 

@@ -270,6 +270,22 @@ absl::Status CheckRole(FdRole role, std::vector<bool>& seen) {
   return absl::OkStatus();
 }
 
+absl::Status CheckClientIds(const std::vector<uint64_t>& ids) {
+  if (ids.size() > kMaxHandOverClientIds) {
+    return TooLong("HandOver.client_ids", ids.size(), kMaxHandOverClientIds);
+  }
+  absl::flat_hash_set<uint64_t> seen;
+  seen.reserve(ids.size());
+  for (uint64_t id : ids) {
+    if (id == 0) return absl::InvalidArgumentError("handoff: HandOver lists client_id 0");
+    if (!seen.insert(id).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("handoff: HandOver lists client_id ", id, " twice"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Put(StringWriter& w, const HandOver& m) {
   if (m.fd_roles.size() > kMaxHandoffFds) {
     return TooLong("HandOver.fd_roles", m.fd_roles.size(), kMaxHandoffFds);
@@ -281,13 +297,17 @@ absl::Status Put(StringWriter& w, const HandOver& m) {
   if (m.session_chunks > kMaxSessionChunks) {
     return TooLong("HandOver.session_chunks", m.session_chunks, kMaxSessionChunks);
   }
+  if (absl::Status s = CheckClientIds(m.client_ids); !s.ok()) return s;
   w.U64(m.generation);
   w.U8(static_cast<uint8_t>(m.fd_roles.size()));
   for (FdRole role : m.fd_roles) w.U8(static_cast<uint8_t>(role));
   w.U32(m.session_chunks);
   w.U64(m.last_version);
   if (absl::Status s = PutSessions(w, m.sessions); !s.ok()) return s;
-  return PutCounters(w, m.counters);
+  if (absl::Status s = PutCounters(w, m.counters); !s.ok()) return s;
+  w.U32(static_cast<uint32_t>(m.client_ids.size()));
+  for (uint64_t id : m.client_ids) w.U64(id);
+  return absl::OkStatus();
 }
 
 absl::Status Put(StringWriter& w, const Sessions& m) { return PutRecords(w, m.sessions); }
@@ -301,6 +321,11 @@ absl::Status Put(StringWriter& w, const Owned& m) {
 
 absl::Status Put(StringWriter& w, const Released& m) {
   w.U64(m.generation);
+  return absl::OkStatus();
+}
+
+absl::Status Put(StringWriter& w, const Adopted& m) {
+  w.U32(m.records);
   return absl::OkStatus();
 }
 
@@ -363,6 +388,15 @@ absl::StatusOr<HandoffMessage> GetHandOver(Reader& r) {
   if (!r.U64(&m.last_version)) return Truncated("HandOver.last_version");
   if (absl::Status s = GetSessions(r, &m.sessions); !s.ok()) return s;
   if (absl::Status s = GetCounters(r, &m.counters); !s.ok()) return s;
+  uint32_t n_ids = 0;
+  if (!r.U32(&n_ids)) return Truncated("HandOver.client_ids");
+  if (n_ids > kMaxHandOverClientIds) {
+    return TooLong("HandOver.client_ids", n_ids, kMaxHandOverClientIds);
+  }
+  if (n_ids > r.remaining() / 8) return Truncated("HandOver.client_ids (count too big)");
+  m.client_ids.resize(n_ids);
+  for (uint64_t& id : m.client_ids) (void)r.U64(&id);  // the size was checked above
+  if (absl::Status s = CheckClientIds(m.client_ids); !s.ok()) return s;
   return m;
 }
 
@@ -382,6 +416,12 @@ absl::StatusOr<HandoffMessage> GetOwned(Reader& r) {
 absl::StatusOr<HandoffMessage> GetReleased(Reader& r) {
   Released m;
   if (!r.U64(&m.generation)) return Truncated("Released");
+  return m;
+}
+
+absl::StatusOr<HandoffMessage> GetAdopted(Reader& r) {
+  Adopted m;
+  if (!r.U32(&m.records)) return Truncated("Adopted");
   return m;
 }
 
@@ -421,6 +461,8 @@ std::string HandoffTypeName(uint16_t type) {
       return "Sessions";
     case HandoffType::kReleased:
       return "Released";
+    case HandoffType::kAdopted:
+      return "Adopted";
   }
   return absl::StrCat("Unknown(", type, ")");
 }
@@ -510,6 +552,9 @@ absl::StatusOr<HandoffMessage> DecodeHandoffPayload(const HandoffFrameHeader& h,
     case HandoffType::kReleased:
       m = GetReleased(r);
       break;
+    case HandoffType::kAdopted:
+      m = GetAdopted(r);
+      break;
     default:
       return absl::InvalidArgumentError(absl::StrCat("handoff: unknown message type ", h.type));
   }
@@ -561,37 +606,6 @@ absl::StatusOr<std::vector<Sessions>> SplitSessions(std::vector<SessionRecord> r
     payload += size;
   }
   return out;
-}
-
-absl::StatusOr<SessionTable> JoinSessions(std::vector<Sessions> chunks, const HandOver& handover) {
-  if (chunks.size() != handover.session_chunks) {
-    return absl::DataLossError(absl::StrCat("handoff: HandOver announces ", handover.session_chunks,
-                                            " Sessions messages, ", chunks.size(), " arrived"));
-  }
-  SessionTable t;
-  t.next_client_id = handover.sessions.next_client_id;
-  size_t total = handover.sessions.sessions.size();
-  for (const Sessions& c : chunks) total += c.sessions.size();
-  t.sessions.reserve(total);
-  absl::flat_hash_set<uint64_t> seen;
-  seen.reserve(total);
-  auto add = [&](SessionRecord&& rec) -> absl::Status {
-    if (!seen.insert(rec.client_id).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("handoff: client_id ", rec.client_id, " twice in the session table"));
-    }
-    t.sessions.push_back(std::move(rec));
-    return absl::OkStatus();
-  };
-  for (Sessions& c : chunks) {
-    for (SessionRecord& rec : c.sessions) {
-      if (absl::Status s = add(std::move(rec)); !s.ok()) return s;
-    }
-  }
-  for (const SessionRecord& rec : handover.sessions.sessions) {
-    if (absl::Status s = add(SessionRecord(rec)); !s.ok()) return s;
-  }
-  return t;
 }
 
 absl::Status EncodeSessionTable(const SessionTable& t, std::string* out) {

@@ -179,6 +179,7 @@ class OldSide {
 
  private:
   struct Attempt;
+  struct SentRecords;
   void OnRequest(std::optional<std::string> binary, std::function<void(std::string)> reply);
   void RunUpgrade(std::shared_ptr<Attempt> a);
   // The upgrade thread's work until the point of no return, one method per
@@ -186,12 +187,17 @@ class OldSide {
   absl::Status Handoff(std::shared_ptr<Attempt> ap);
   absl::Status SpawnNewProcess(Attempt& a);
   absl::Status AwaitHelloAndReady(Attempt& a);
+  absl::Status SendIdleSessions(Attempt& a);
   absl::Status PauseWritesAndReleaseDb(const std::shared_ptr<Attempt>& ap);
   absl::Status SendHandOver(const std::shared_ptr<Attempt>& ap);
   absl::Status AwaitOwned(Attempt& a);
   // Past the point of no return: cannot fail.
   void MoveClients(Attempt& a);
   void CloseDbAndSayReleased(Attempt& a);
+  // Exports client records (Server::ExportSessions) and sends them in
+  // Sessions messages, in step `step`.
+  absl::StatusOr<SentRecords> SendRecords(Attempt& a, const char* step, uint64_t changed_after,
+                                          bool with_live);
   // Records how long the phase that ends now took, for `kvctl stats`.
   void Mark(Attempt& a, const char* name);
   // Enters step `name` with options_.step_deadline.

@@ -124,6 +124,9 @@ struct ClientRecord {
   DedupeWindow window;
   uint64_t last_active_ns = 0;  // CLOCK_MONOTONIC of the last session end, for eviction
   ResumeSecret secret{};        // what a Hello must present to resume client_id
+  // ClientRecords' change count when a session last began or ended on this
+  // record: a record without a session changes only then.
+  uint64_t changed = 0;
 };
 
 // The session table handed from one process to the next in a live upgrade.
@@ -131,6 +134,13 @@ struct ClientRecordExport {
   uint64_t client_id = 0;
   DedupeWindow::Exported window;
   ResumeSecret secret{};
+};
+
+// Records taken at one instant (ClientRecords::Export).
+struct RecordsExport {
+  std::vector<ClientRecordExport> records;
+  std::vector<uint64_t> client_ids;  // of every record held, exported or not
+  uint64_t mark = 0;                 // the change count: the next export's `changed_after`
 };
 
 // --- Persisted client records (docs/format.md "Client records") -------------

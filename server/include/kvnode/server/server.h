@@ -136,11 +136,18 @@ class Server {
   size_t SendMoveToAll(const proto::Move& move, std::function<void(uint64_t)> on_ack);
   // Ready sessions that have not acknowledged the last Move.
   size_t PendingMoveAcks() const;
-  // Session table (client ids + dedupe windows); `done` runs on the control
-  // thread with a consistent snapshot taken on the data thread.
-  void ExportSessions(std::function<void(std::vector<ClientRecordExport>)> done);
-  // Before Run(): adopt the table of the previous process.
-  void ImportSessions(std::vector<ClientRecordExport> records);
+  // Session table (client ids + dedupe windows), taken on the data thread
+  // at one instant; `done` runs on the control thread. The records of
+  // clients with a live session (when `with_live`) and of every other client
+  // whose record changed after `changed_after` (0: all), and every id held.
+  void ExportSessions(uint64_t changed_after, bool with_live,
+                      std::function<void(RecordsExport)> done);
+  // Before Run(): adopt records of the previous process; each replaces any
+  // record of its id adopted before.
+  void ImportSessions(const std::vector<ClientRecordExport>& records);
+  // Before Run(): keep only the records of `client_ids`. DataLoss when one
+  // of them has none.
+  absl::Status RetainSessions(const std::vector<uint64_t>& client_ids);
   // Counters: metrics().Export() / metrics().Import() (monotonic across
   // upgrades). Marks the process as handed off: at shutdown it neither
   // closes RocksDB (it released it) nor removes the arena, the pid

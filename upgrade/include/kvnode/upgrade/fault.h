@@ -38,7 +38,7 @@ enum class Phase : uint8_t {
   kNAttach,       // N: header validated, Hello sent, before attaching the arena
   kNRegister,     // N: arena attached, before opening the device / registering
   kNReady,        // N: registered, before sending Ready
-  kOPause,        // O: Ready received, before pausing writes
+  kOPause,        // O: Ready received, idle clients' records sent, before pausing writes
   kOFlush,        // O: writes paused and drained, before releasing RocksDB
   kOHandover,     // O: RocksDB released, before sending HandOver
   kNOpenDb,       // N: HandOver received, before becoming the writer (journal; RocksDB if alone)

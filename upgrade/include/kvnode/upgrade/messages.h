@@ -36,7 +36,7 @@ namespace kvnode::upgrade {
 // Version of the handoff messages AND of the conversation. O writes it into
 // the handoff header; N refuses another one there, before any frame flows.
 // Bump on any incompatible change and record it in docs/upgrade.md.
-inline constexpr uint16_t kHandoffProtocolVersion = 3;
+inline constexpr uint16_t kHandoffProtocolVersion = 4;
 
 // "KVNH" as the first four bytes of every frame (read as a little-endian u32).
 inline constexpr uint32_t kHandoffFrameMagic = 0x484e564b;
@@ -59,6 +59,8 @@ inline constexpr size_t kMaxDedupeWindow = size_t{1} << 20;
 // Sessions messages before one HandOver (a table of 2^32-1 records with
 // full windows is far beyond that anyway).
 inline constexpr size_t kMaxSessionChunks = 1 << 20;
+// Client ids HandOver may list (8 bytes each: a quarter of a payload).
+inline constexpr size_t kMaxHandOverClientIds = kMaxHandoffPayloadSize / 32;
 
 enum class HandoffType : uint16_t {
   kHello = 1,     // N -> O: header accepted; who N is
@@ -70,6 +72,7 @@ enum class HandoffType : uint16_t {
   kAbort = 6,     // either way: the upgrade is off (layout frozen, any version)
   kSessions = 7,  // O -> N, before HandOver: a part of the session table
   kReleased = 8,  // O -> N, after Owned: O closed RocksDB; N may open it
+  kAdopted = 9,   // N -> O: the answer to each Sessions: its records are taken in
 };
 
 // "Hello", ..., "Unknown(N)".
@@ -147,22 +150,26 @@ enum class FdRole : uint8_t {
   kAdminSocket = 2,  // the admin Unix listener
 };
 
-// O -> N, with len(fd_roles) descriptors attached. O has closed RocksDB.
-// The session table is sessions.sessions plus the records of the
-// `session_chunks` Sessions messages O sent just before (JoinSessions).
+// O -> N, with len(fd_roles) descriptors attached. O released RocksDB.
+// The session table N adopts: of the records in the `session_chunks`
+// Sessions messages O sent since Ready, then in sessions.sessions, the last
+// one of each client id in `client_ids`. Every listed id has a record; a
+// record whose id is not listed is dropped (O forgot it since it sent it).
 struct HandOver {
   uint64_t generation = 0;       // N's generation (== Hello.generation)
   std::vector<FdRole> fd_roles;  // <= kMaxHandoffFds, no duplicates
   SessionTable sessions;
   CounterSnapshot counters;
-  uint32_t session_chunks = 0;  // <= kMaxSessionChunks
-  uint64_t last_version = 0;    // version of O's last write: N's writes go on from it
+  uint32_t session_chunks = 0;            // <= kMaxSessionChunks
+  uint64_t last_version = 0;              // version of O's last write: N's writes go on from it
+  std::vector<uint64_t> client_ids = {};  // <= kMaxHandOverClientIds, unique, none 0
   friend bool operator==(const HandOver&, const HandOver&) = default;
 };
 
-// O -> N, zero or more right before HandOver: client records that would not
-// fit in one frame with the rest. Client ids are unique across all of them
-// and HandOver's own table.
+// O -> N, zero or more between Ready and HandOver: client records. O sends
+// the records of clients without a session before it pauses writes, and at
+// HandOver those that changed since, or have a session (HandOver says which
+// records stand). Client ids are unique within one message.
 struct Sessions {
   std::vector<SessionRecord> sessions;
   friend bool operator==(const Sessions&, const Sessions&) = default;
@@ -205,7 +212,16 @@ struct Released {
   friend bool operator==(const Released&, const Released&) = default;
 };
 
-using HandoffMessage = std::variant<Hello, Ready, HandOver, Owned, Gone, Abort, Sessions, Released>;
+// N -> O, once per Sessions message, when N has taken its records in. O
+// waits for these before it pauses writes (and before HandOver), so that
+// N's work on the records sent ahead is not done while writes wait.
+struct Adopted {
+  uint32_t records = 0;  // the Sessions message's record count
+  friend bool operator==(const Adopted&, const Adopted&) = default;
+};
+
+using HandoffMessage =
+    std::variant<Hello, Ready, HandOver, Owned, Gone, Abort, Sessions, Released, Adopted>;
 
 HandoffType TypeOf(const HandoffMessage& m);
 
@@ -246,12 +262,6 @@ struct HandoffFrameHeader {
 // than kMaxSessionChunks would be needed.
 [[nodiscard]] absl::StatusOr<std::vector<Sessions>> SplitSessions(
     std::vector<SessionRecord> records, size_t max_payload = kMaxHandoffPayloadSize);
-
-// N's side: the whole table from the Sessions messages received before
-// `handover` (in order) and HandOver's own table. Fails when their number is
-// not handover.session_chunks or a client id appears twice.
-[[nodiscard]] absl::StatusOr<SessionTable> JoinSessions(std::vector<Sessions> chunks,
-                                                        const HandOver& handover);
 
 inline std::span<const uint8_t> AsBytes(std::string_view s) {
   return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
