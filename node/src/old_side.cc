@@ -303,6 +303,18 @@ absl::StatusOr<ReceivedMessage> OldSide::Receive(Attempt& a, absl::Time deadline
   return m;
 }
 
+template <typename T>
+absl::StatusOr<T> OldSide::ReceiveAs(Attempt& a, absl::Time deadline, const char* name) {
+  absl::StatusOr<ReceivedMessage> m = Receive(a, deadline);
+  if (!m.ok()) return WithContext(m.status(), absl::StrCat("waiting for ", name));
+  if (const Abort* ab = std::get_if<Abort>(&m->message)) {
+    return absl::AbortedError(absl::StrCat("new process aborted: ", ab->message));
+  }
+  T* t = std::get_if<T>(&m->message);
+  if (t == nullptr) return UnexpectedMessage(m->message, name);
+  return std::move(*t);
+}
+
 // Writes the handoff header and starts the new binary with its end of the
 // channel.
 absl::Status OldSide::SpawnNewProcess(Attempt& a) {
@@ -379,13 +391,8 @@ absl::Status OldSide::AwaitHelloAndReady(Attempt& a) {
             << " -> " << hello->build_id;
   deadline = absl::Now() + options_.ready_deadline;
   if (absl::Status s = a.Step("n_ready", deadline); !s.ok()) return s;
-  m = Receive(a, deadline);
-  if (!m.ok()) return WithContext(m.status(), "waiting for Ready");
-  if (const Abort* ab = std::get_if<Abort>(&m->message)) {
-    return absl::AbortedError(absl::StrCat("new process aborted: ", ab->message));
-  }
-  const Ready* ready = std::get_if<Ready>(&m->message);
-  if (ready == nullptr) return UnexpectedMessage(m->message, "Ready");
+  absl::StatusOr<Ready> ready = ReceiveAs<Ready>(a, deadline, "Ready");
+  if (!ready.ok()) return ready.status();
   if (ready->arena_id != ai.arena_id) {
     return absl::FailedPreconditionError(
         absl::StrCat("Ready names arena ", ready->arena_id, ", ours is ", ai.arena_id));
@@ -430,13 +437,8 @@ absl::StatusOr<OldSide::SentRecords> OldSide::SendRecords(Attempt& a, const char
   // N answers each with Adopted once it has taken the records in: the
   // caller's next step (the pause, HandOver) does not wait behind that work.
   for (size_t i = 0; i < chunks->size(); ++i) {
-    absl::StatusOr<ReceivedMessage> m = Receive(a, deadline);
-    if (!m.ok()) return WithContext(m.status(), "waiting for Adopted");
-    if (const Abort* ab = std::get_if<Abort>(&m->message)) {
-      return absl::AbortedError(absl::StrCat("new process aborted: ", ab->message));
-    }
-    if (!std::holds_alternative<Adopted>(m->message)) {
-      return UnexpectedMessage(m->message, "Adopted");
+    if (absl::StatusOr<Adopted> ad = ReceiveAs<Adopted>(a, deadline, "Adopted"); !ad.ok()) {
+      return ad.status();
     }
   }
   return sent;
@@ -563,13 +565,8 @@ absl::Status OldSide::SendHandOver(const std::shared_ptr<Attempt>& ap) {
 absl::Status OldSide::AwaitOwned(Attempt& a) {
   const absl::Time deadline = a.Cap(absl::Now() + options_.owned_deadline);
   if (absl::Status s = a.Step("n_owned", deadline); !s.ok()) return s;
-  absl::StatusOr<ReceivedMessage> m = Receive(a, deadline);
-  if (!m.ok()) return WithContext(m.status(), "waiting for Owned");
-  if (const Abort* ab = std::get_if<Abort>(&m->message)) {
-    return absl::AbortedError(absl::StrCat("new process aborted: ", ab->message));
-  }
-  const Owned* owned = std::get_if<Owned>(&m->message);
-  if (owned == nullptr) return UnexpectedMessage(m->message, "Owned");
+  absl::StatusOr<Owned> owned = ReceiveAs<Owned>(a, deadline, "Owned");
+  if (!owned.ok()) return owned.status();
   bool forward_term = false;
   {
     absl::MutexLock l(&a.mu);

@@ -198,10 +198,7 @@ for w in --advertise_address=127.0.0.1 "--db_path=$root/var/lib/kvnode/db" \
 done
 puts=$(kv_stat ops_put)
 kv_wait_for 60 kv_stat_at_least ops_put $((${puts%.*} + 200)) || kv_fail "no load on the new process"
-kill -INT "$load_pid"
-rc=0
-wait "$load_pid" || rc=$?
-[[ $rc -eq 0 ]] || { tail -20 "$root/kvload.log" >&2; kv_fail "kvload exited $rc"; }
+kv_stop_kvload "$load_pid" "$root/kvload.log"
 python3 - "$root/report.json" <<'PY' || { tail -20 "$root/kvload.log" >&2; kv_fail "report check"; }
 import json, sys
 r = json.load(open(sys.argv[1]))

@@ -159,6 +159,15 @@ kv_check_exited() {
   [[ ! -e $KV_ADMIN ]] || kv_fail "admin socket $KV_ADMIN left behind"
 }
 
+# Stops a background kvload (SIGINT: it drains and writes its report) and
+# fails the test, with its log's tail, unless it exits 0.
+kv_stop_kvload() { # PID LOG
+  kill -INT "$1"
+  local rc=0
+  wait "$1" || rc=$?
+  [[ $rc -eq 0 ]] || { tail -20 "$2" >&2; kv_fail "kvload exited $rc"; }
+}
+
 kv_cleanup() {
   if [[ -n $KV_PID ]] && kill -0 "$KV_PID" 2>/dev/null; then kill -KILL "$KV_PID" || true; fi
   # Background jobs of a failed test (kvload --duration 3600, a client...)

@@ -39,10 +39,8 @@ start_load() {
 # SIGINT kvload, then its report must show no failure; sets OPS MOVES REFUSED
 # RECONNECTS from its client stats.
 stop_load() {
-  kill -INT "$LOAD_PID"
-  local rc=0 out
-  wait "$LOAD_PID" || rc=$?
-  [[ $rc -eq 0 ]] || { tail -20 "$LOAD_DIR/kvload.log" >&2; kv_fail "kvload exited $rc"; }
+  local out
+  kv_stop_kvload "$LOAD_PID" "$LOAD_DIR/kvload.log"
   out=$(python3 - "$LOAD_DIR/report.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))

@@ -72,10 +72,7 @@ for ((i = 1; i <= n; i++)); do
   kv_ok "upgrade $i: $departed departed records sent before the pause, 4 in it"
 done
 
-kill -INT "$load_pid"
-rc=0
-wait "$load_pid" || rc=$?
-[[ $rc -eq 0 ]] || { tail -20 "$KV_DIR/kvload.log" >&2; kv_fail "kvload exited $rc"; }
+kv_stop_kvload "$load_pid" "$KV_DIR/kvload.log"
 python3 - "$report" <<'PY' || kv_fail "report check"
 import json, sys
 r = json.load(open(sys.argv[1]))

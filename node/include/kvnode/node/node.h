@@ -204,6 +204,9 @@ class OldSide {
   absl::Status LocalStep(Attempt& a, const char* name);
   // The next message from N (upgrade thread only).
   absl::StatusOr<ReceivedMessage> Receive(Attempt& a, absl::Time deadline);
+  // The same, which must be a T (`name`); N's Abort is an error.
+  template <typename T>
+  absl::StatusOr<T> ReceiveAs(Attempt& a, absl::Time deadline, const char* name);
   // Undoes whatever the attempt did before Owned. By the upgrade thread, or
   // by the watchdog when that thread is stuck (then the order of the steps
   // changes so that N can still take over if O has to exit).
