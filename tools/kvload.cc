@@ -31,6 +31,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "kvnode/base/time_zone.h"
 #include "kvnode/client/admin.h"
 #include "kvnode/client/client.h"
 #include "kvnode/load/ack_log.h"
@@ -466,6 +467,8 @@ bool WriteLatencyCdf(const std::string& path, const load::LatencyHistogram& h) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A client's Move is logged on its polling thread: no file stat per line.
+  kvnode::base::PinLocalTimeZone();
   gflags::SetUsageMessage(
       "load generator and verifier for kvnode.\n"
       "  kvload [--server HOST:PORT] [--workload A|B|C] [--clients N --threads T --depth D] "

@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "kvnode/base/time_zone.h"
 #include "kvnode/base/version.h"
 #include "kvnode/node/node.h"
 #include "kvnode/server/server.h"
@@ -149,6 +150,8 @@ int main(int argc, char** argv) {
   // that must be private whatever the umask (arena, admin socket) also set
   // their mode explicitly.
   umask(077);
+  // Logging stats no file per line (an upgrade's exec inherits it).
+  kvnode::base::PinLocalTimeZone();
   // The argv a live upgrade restarts with (before gflags removes anything).
   const std::vector<std::string> start_argv(argv, argv + argc);
   gflags::SetUsageMessage(
