@@ -10,10 +10,11 @@
 #   env: KVNODE_BUILD_DIR (default build), GAPS_KEYS (10000), GAPS_S (12),
 #        GAPS_NODE_FLAGS (extra kvnode flags), GAPS_WORKLOAD (A; C: GETs only),
 #        GAPS_SCHED (1: a scheduler trace, `perf sched record -g`, from 8 s
-#        before the signal to kvload's end; then every kvload or kvnode
-#        thread off the CPU > 20 ms or runnable but not run > 5 ms, where it
-#        left the CPU, and every window in which no vCPU switched tasks, in
-#        wall-clock times to set against the node's log)
+#        before the signal to kvload's end; then every kvload client thread
+#        off the CPU > 20 ms, every kvload or kvnode thread runnable but not
+#        run > 5 ms, where it left the CPU, every window in which no vCPU
+#        switched tasks, in wall-clock times to set against the node's log,
+#        and every task that ran during kvload's longest gap)
 [[ ${1:-} == -h || ${1:-} == --help ]] && { sed -n '2,16p' "$0"; exit 0; }
 root=$(cd "$(dirname "$0")/.." && pwd)
 export KVNODE_BUILD_DIR=${KVNODE_BUILD_DIR:-$root/build}
@@ -58,10 +59,13 @@ if [[ -n $sched ]]; then
   perf sched timehist -i "$sched" >"$KV_DIR/timehist.txt" 2>"$KV_DIR/timehist.err" || true
   [[ -s $KV_DIR/timehist.txt ]] || cat "$KV_DIR/sched.log" "$KV_DIR/timehist.err"
   # timehist columns: time, cpu, task, wait time, sch delay, run time (ms),
-  # then where the task left the CPU. Every kvload or kvnode thread that was
-  # off the CPU for > 20 ms, or runnable and not run for > 5 ms.
+  # then where the task left the CPU. Every kvload thread that was off the
+  # CPU for > 20 ms other than in a futex wait (its busy-polling client
+  # threads never sleep; its reporter does), and every kvload or kvnode
+  # thread runnable and not run for > 5 ms. The node's control threads
+  # sleep by design and are not listed.
   echo "threads off the CPU > 20 ms or runnable but not run > 5 ms (wall clock of the switch back in):"
-  awk -v off="$mono_to_wall" '$3 ~ /kvload|kvnode/ && ($4 + 0 > 20 || $5 + 0 > 5) {
+  awk -v off="$mono_to_wall" '($3 ~ /kvload/ && $4 + 0 > 20 && $7 !~ /futex/) || ($3 ~ /kvload|kvnode/ && $5 + 0 > 5) {
     w = $1 + off; cmd = "date -u -d @" int(w) " +%T"; cmd | getline t; close(cmd)
     line = sprintf("%s.%06d %-16s wait %8s ms sch delay %7s ms run %7s ms", t, (w - int(w)) * 1e6, $3, $4, $5, $6)
     for (i = 7; i <= NF && i <= 12; ++i) line = line " " $i
@@ -79,7 +83,7 @@ if [[ -n $sched ]]; then
     last = $1
   }' "$KV_DIR/timehist.txt" | head -40 || true
 fi
-python3 - "$report" <<'PY'
+python3 - "$report" "${sched:+$KV_DIR/timehist.txt}" "${mono_to_wall:-0}" <<'PY'
 import json, sys, time
 r = json.load(open(sys.argv[1]))
 t0 = r["start_unix_s"]  # the timeline's t = 0 on the wall clock, as the node's log
@@ -96,6 +100,22 @@ for s in r["timeline"]:
     if s["ops"] < 5 or s["max_latency_us"] > 200000:
         print("slot %7.0f ms (%s): ops %4d reads %4d writes %4d max latency %8.0f us" % (
             s["t_ms"], wall(s["t_ms"]), s["ops"], s["reads"], s["writes"], s["max_latency_us"]))
+if sys.argv[2]:
+    # Every stint on a vCPU that overlapped the longest gap (timehist: a line
+    # per switch out, its run time before it): what kept kvload off both.
+    mono0 = t0 - float(sys.argv[3])
+    g0 = mono0 + r["blackout_start_ms"] / 1000 - 0.002
+    g1 = g0 + r["blackout_ms"] / 1000 + 0.004
+    print("on the vCPUs during the longest gap (switch-out time, cpu, task, run ms, where it left):")
+    for line in open(sys.argv[2]):
+        f = line.split()
+        try:
+            end, run = float(f[0]), float(f[5]) / 1000
+        except (ValueError, IndexError):
+            continue
+        if end >= g0 and end - run <= g1:
+            print("  %+8.1f ms %s %-20s run %7s %s" % ((end - g0) * 1000 - 2, f[1], f[2], f[5],
+                                                      " ".join(f[6:10])))
 PY
 # The node's upgrade steps and the moved clients' new sessions, beside each
 # client's own "moved" line: a move's time runs from O's Move to the client's.
