@@ -9,6 +9,8 @@
 //   4. drain time vs outstanding READs
 //   5. READ latency at depth 1 by target: a small MR (perftest's case), a
 //      large MR read at random places, a type-2 window over it (a GET's)
+//   6. a client QP's life cycle, step by step: what a Move costs the
+//      client's polling thread in synchronous verbs calls
 // Run it in the VM (README, "Benchmarks"); absolute numbers on rxe under TCG
 // mean little, ratios in the same run do.
 
@@ -46,7 +48,7 @@ DEFINE_int32(batch_mr_kib, 16, "size of each MR in the batch table");
 DEFINE_int32(cache_ops, 100000, "cache lookups for the hit cost");
 DEFINE_int32(drain_reps, 5, "repetitions per drain measurement");
 DEFINE_int32(read_iters, 10000, "READs per cell of the READ latency table");
-DEFINE_string(tables, "1234", "which tables to run (digits 1-5)");
+DEFINE_string(tables, "1234", "which tables to run (digits 1-6)");
 
 namespace kvnode::rdma {
 namespace {
@@ -376,6 +378,57 @@ void ReadLatencyTable(const std::shared_ptr<Device>& dev, const std::shared_ptr<
   Must(b->Drain(std::chrono::steady_clock::now() + std::chrono::seconds(10)), "drain b");
 }
 
+// What a client's polling thread spends in verbs calls when it moves to a
+// new process: a QP as libkvclient makes one (send queue twice the slots,
+// a receive per RPC credit), taken to RTS against a peer, then moved to ERR,
+// drained and destroyed. Each step is one synchronous call into the driver.
+void QpLifecycleTable(const std::shared_ptr<Device>& dev, const std::shared_ptr<Pd>& pd) {
+  constexpr int kReps = 20;
+  constexpr uint32_t kSlots = 4;  // kvload's default depth
+  std::printf("\n== 6. QP life cycle of a client with %u slots (median of %d)\n", kSlots, kReps);
+  HostMemory recv = Must(HostMemory::Allocate(4096, MemoryOptions{PageKind::k4K, true}), "mem");
+  auto recv_mr = Must(Mr::Register(pd, recv.data(), recv.size()), "reg");
+  auto cq = Must(Cq::Create(dev, CqOptions{}), "cq");
+  auto peer_cq = Must(Cq::Create(dev, CqOptions{}), "cq");
+  auto peer = Must(Qp::Create(pd, peer_cq, peer_cq), "qp");
+  const char* names[] = {"create", "to INIT",        "post receives", "to RTR",
+                         "to RTS", "to ERR + drain", "destroy"};
+  std::vector<double> t[7];
+  for (int r = 0; r < kReps; ++r) {
+    QpOptions qo;
+    qo.max_send_wr = 2 * kSlots;
+    qo.max_recv_wr = kSlots;
+    qo.remote_access = 0;
+    int step = 0;
+    auto lap = [&, t0 = std::chrono::steady_clock::now()]() mutable {
+      const auto now = std::chrono::steady_clock::now();
+      t[step++].push_back(Ms(now - t0).count());
+      t0 = now;
+    };
+    std::unique_ptr<Qp> qp = Must(Qp::Create(pd, cq, cq, qo), "create");
+    lap();
+    Must(qp->ToInit(), "init");
+    lap();
+    for (uint32_t i = 0; i < kSlots; ++i) {
+      Must(qp->PostRecv(i, LocalBuf{recv_mr.get(), 0, 64}), "recv");
+    }
+    lap();
+    Must(qp->ToRtr(peer->LocalInfo()), "rtr");
+    lap();
+    Must(qp->ToRts(), "rts");
+    lap();
+    Must(qp->Drain(std::chrono::steady_clock::now() + std::chrono::seconds(10)), "drain");
+    lap();
+    qp.reset();
+    lap();
+  }
+  std::printf("%-20s %10s %10s\n", "step", "p50 ms", "max ms");
+  for (int i = 0; i < 7; ++i) {
+    std::printf("%-20s %10.3f %10.3f\n", names[i], Median(t[i]),
+                *std::max_element(t[i].begin(), t[i].end()));
+  }
+}
+
 }  // namespace
 }  // namespace kvnode::rdma
 
@@ -401,6 +454,7 @@ int main(int argc, char** argv) {
     if (want('3')) BatchTable(pd);
     if (want('4')) DrainTable(dev, pd);
     if (want('5')) ReadLatencyTable(dev, pd);
+    if (want('6')) QpLifecycleTable(dev, pd);
   }
   absl::Status leaks = Accounting::CheckNoLeaks();
   std::printf("\naccounting at exit: %s\n",
