@@ -16,6 +16,7 @@ PACKAGES=(
   python3
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
+  strace # tests/e2e/log_time_zone.sh: what the node's log lines read
   clang libclang-rt-14-dev # fuzzing: deploy/fuzz.sh, tests/fuzz (libFuzzer, ASan, UBSan)
   redis-server redis-tools gnuplot-nox # deploy/bench-all.sh: Redis on loopback TCP, the plots
   # the VM test bed (the kernel package is only downloaded and extracted)

@@ -467,7 +467,8 @@ bool WriteLatencyCdf(const std::string& path, const load::LatencyHistogram& h) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // A client's Move is logged on its polling thread: no file stat per line.
+  // A client logs its Move on its polling thread: no log line may read
+  // /etc/localtime under glibc's time-zone lock (base/time_zone.h).
   kvnode::base::PinLocalTimeZone();
   gflags::SetUsageMessage(
       "load generator and verifier for kvnode.\n"

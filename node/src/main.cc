@@ -150,7 +150,8 @@ int main(int argc, char** argv) {
   // that must be private whatever the umask (arena, admin socket) also set
   // their mode explicitly.
   umask(077);
-  // Logging stats no file per line (an upgrade's exec inherits it).
+  // So that no log line reads /etc/localtime under glibc's time-zone lock
+  // (base/time_zone.h); an upgrade's exec inherits TZ.
   kvnode::base::PinLocalTimeZone();
   // The argv a live upgrade restarts with (before gflags removes anything).
   const std::vector<std::string> start_argv(argv, argv + argc);

@@ -33,7 +33,7 @@ std::tm Local(std::time_t t) {
   return tm;
 }
 
-TEST_F(TimeZoneTest, UnsetBecomesTheSystemZoneReadOnce) {
+TEST_F(TimeZoneTest, UnsetBecomesTheSystemZone) {
   unsetenv("TZ");
   tzset();
   const std::time_t t = 1780000000;
