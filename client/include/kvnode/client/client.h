@@ -43,6 +43,11 @@
 // inside Submit/Poll/Wait and the synchronous calls: call Poll at least every
 // second or the server may end an idle session (the client then reconnects
 // transparently on next use).
+// Session events (Move, reconnect) are logged through glog on the calling
+// thread. A program that sets TZ at start (kvload calls
+// base::PinLocalTimeZone) keeps glibc from stat()ing /etc/localtime for each
+// of those lines under its process-wide time-zone lock, which would make
+// threads logging at once wait on each other (docs/upgrade.md).
 //
 // Resources: the Client owns its device context, PD, CQ (with a completion
 // channel for Wait), QP(s) and registered buffers. Close() (or the
