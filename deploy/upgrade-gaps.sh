@@ -15,7 +15,7 @@
 #        run > 5 ms, where it left the CPU, every window in which no vCPU
 #        switched tasks, in wall-clock times to set against the node's log,
 #        and every task that ran during kvload's longest gap)
-[[ ${1:-} == -h || ${1:-} == --help ]] && { sed -n '2,16p' "$0"; exit 0; }
+[[ ${1:-} == -h || ${1:-} == --help ]] && { sed -n '2,17p' "$0"; exit 0; }
 root=$(cd "$(dirname "$0")/.." && pwd)
 export KVNODE_BUILD_DIR=${KVNODE_BUILD_DIR:-$root/build}
 source "$root/tests/e2e/lib.sh"
