@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <iterator>
 #include <string>
 #include <thread>
 #include <vector>
@@ -393,7 +394,7 @@ void QpLifecycleTable(const std::shared_ptr<Device>& dev, const std::shared_ptr<
   auto peer = Must(Qp::Create(pd, peer_cq, peer_cq), "qp");
   const char* names[] = {"create", "to INIT",        "post receives", "to RTR",
                          "to RTS", "to ERR + drain", "destroy"};
-  std::vector<double> t[7];
+  std::vector<double> t[std::size(names)];
   for (int r = 0; r < kReps; ++r) {
     QpOptions qo;
     qo.max_send_wr = 2 * kSlots;
@@ -423,7 +424,7 @@ void QpLifecycleTable(const std::shared_ptr<Device>& dev, const std::shared_ptr<
     lap();
   }
   std::printf("%-20s %10s %10s\n", "step", "p50 ms", "max ms");
-  for (int i = 0; i < 7; ++i) {
+  for (size_t i = 0; i < std::size(names); ++i) {
     std::printf("%-20s %10.3f %10.3f\n", names[i], Median(t[i]),
                 *std::max_element(t[i].begin(), t[i].end()));
   }
