@@ -54,8 +54,9 @@ DEFINE_uint32(
     "chain is full is REJECTED, so keys aimed at one bucket cost the node a bounded amount");
 DEFINE_uint32(upgrade_journal_mb, 32,
               "live upgrade: size of the write journal the new process makes writes durable in "
-              "while RocksDB changes hands (created before it says Ready; 2..4096); a write that "
-              "does not fit waits (BUSY) for RocksDB");
+              "while RocksDB changes hands (2..4096); a write that does not fit waits (BUSY) for "
+              "RocksDB. The serving process keeps a spare journal of that size in the database "
+              "directory, which the new process takes by a rename before it says Ready");
 DEFINE_string(auth_token_file, "",
               "file with the token clients must present (mode 0600; empty: no authentication)");
 DEFINE_uint32(max_clients, 64, "most concurrent client sessions (each one QP and one window)");

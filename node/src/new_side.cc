@@ -134,8 +134,9 @@ absl::StatusOr<std::pair<std::unique_ptr<server::Server>, std::unique_ptr<NewSid
   }
   mark("n_register");
   // The journal that makes writes durable while RocksDB changes hands,
-  // allocated beside the registration so that the writer switch does not
-  // wait for it; n_journal_prep is what is left of it after the registration.
+  // taken (the spare renamed, or allocated) beside the registration so that
+  // the writer switch does not wait for it; n_journal_prep is what is left of
+  // it after the registration.
   if (absl::Status s = srv->PrepareJournal(); !s.ok()) {
     return fail(WithContext(s, "preparing the write journal"), true);
   }

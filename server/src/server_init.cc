@@ -133,9 +133,10 @@ absl::Status ServerImpl::InitForTakeover(const std::function<absl::Status()>& af
   if (after_attach) {
     if (absl::Status s = after_attach(); !s.ok()) return s;
   }
-  // The write journal's allocation (--upgrade_journal_mb, allocated in full)
-  // and the arena's registration are both N's work before Ready: on another
-  // core they overlap instead of adding up on the way to the writer switch.
+  // The write journal (--upgrade_journal_mb) and the arena's registration
+  // are both N's work before Ready. The journal is the spare renamed, unless
+  // there is none and it must be allocated in full: on another core that
+  // overlaps the registration instead of adding up on the way to Ready.
   journal_prep_ = std::async(std::launch::async, [this] { return store_->PrepareJournal(); });
   if (absl::Status s = InitDevice(); !s.ok()) return s;
   const absl::Time t1 = absl::Now();

@@ -1,6 +1,7 @@
 #include "journal.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -78,6 +79,60 @@ std::string WriteJournal::PathFor(const std::string& db_path) {
   return absl::StrCat(db_path, "/kvnode-writes.journal");
 }
 
+namespace {
+
+absl::Status WriteZeros(int fd, uint64_t from, uint64_t to, const std::string& path) {
+  const std::string zeros(size_t{1} << 20, '\0');
+  for (uint64_t off = from; off < to; off += zeros.size()) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(zeros.size(), to - off));
+    if (absl::Status s = WriteAll(fd, zeros.data(), n, off, path); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> FileSize(int fd, const std::string& path) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return base::ErrnoStatus(errno, absl::StrCat("stat ", path));
+  return static_cast<uint64_t>(st.st_size);
+}
+
+// A new file at `path` (replacing one there), `bytes` long, allocated, with
+// the header and nothing after it, synced (the directory is not).
+absl::StatusOr<base::UniqueFd> AllocateEmpty(const std::string& path, uint64_t bytes) {
+  base::UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+  if (!fd.valid()) return base::ErrnoStatus(errno, absl::StrCat("create ", path));
+  // Blocks allocated up front (they read as zeros), so that an append never
+  // grows the file or runs out of space; zeros written where the file system
+  // cannot allocate without writing. The header last: a crash before it
+  // leaves a file without records.
+  if (::fallocate(fd.get(), 0, 0, static_cast<off_t>(bytes)) != 0) {
+    if (errno != EOPNOTSUPP) {
+      return base::ErrnoStatus(errno, absl::StrCat("allocate ", bytes, " bytes for ", path));
+    }
+    if (absl::Status s = WriteZeros(fd.get(), 0, bytes, path); !s.ok()) return s;
+  }
+  char header[WriteJournal::kHeaderSize] = {};
+  std::memcpy(header, kMagic, sizeof(kMagic));
+  if (absl::Status s = WriteAll(fd.get(), header, sizeof(header), 0, path); !s.ok()) return s;
+  if (::fsync(fd.get()) != 0) return base::ErrnoStatus(errno, absl::StrCat("fsync ", path));
+  return fd;
+}
+
+// Whether fd is a journal `bytes` long whose first record is the end: what
+// AllocateEmpty and Recycle leave (zeros after the header).
+absl::StatusOr<bool> IsEmptyJournal(int fd, uint64_t bytes, const std::string& path) {
+  absl::StatusOr<uint64_t> size = FileSize(fd, path);
+  if (!size.ok()) return size.status();
+  char head[WriteJournal::kHeaderSize + kRecordHeader];
+  if (*size != bytes || ::pread(fd, head, sizeof(head), 0) != static_cast<ssize_t>(sizeof(head))) {
+    return false;
+  }
+  return std::memcmp(head, kMagic, sizeof(kMagic)) == 0 &&
+         LoadU32(head + WriteJournal::kHeaderSize) == 0;
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<WriteJournal>> WriteJournal::Create(const std::string& path,
                                                                    uint64_t bytes) {
   if (bytes < kHeaderSize + kRecordHeader + kMaxOpBytes) {
@@ -90,28 +145,78 @@ absl::StatusOr<std::unique_ptr<WriteJournal>> WriteJournal::Create(const std::st
     return absl::FailedPreconditionError(absl::StrCat(
         path, " holds ", old->size(), " journaled writes that were never replayed into RocksDB"));
   }
-  base::UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
-  if (!fd.valid()) return base::ErrnoStatus(errno, absl::StrCat("create ", path));
-  // Blocks allocated up front (they read as zeros), so that an append never
-  // grows the file or runs out of space; zeros written where the file system
-  // cannot allocate without writing. The header last: a crash before it
-  // leaves a file without records.
-  if (::fallocate(fd.get(), 0, 0, static_cast<off_t>(bytes)) != 0) {
-    if (errno != EOPNOTSUPP) {
-      return base::ErrnoStatus(errno, absl::StrCat("allocate ", bytes, " bytes for ", path));
-    }
-    const std::string zeros(size_t{1} << 20, '\0');
-    for (uint64_t off = 0; off < bytes; off += zeros.size()) {
-      const size_t n = static_cast<size_t>(std::min<uint64_t>(zeros.size(), bytes - off));
-      if (absl::Status s = WriteAll(fd.get(), zeros.data(), n, off, path); !s.ok()) return s;
-    }
+  absl::StatusOr<std::unique_ptr<WriteJournal>> spare = TakeSpare(path, bytes);
+  if (!spare.ok() || *spare != nullptr) return spare;
+  absl::StatusOr<base::UniqueFd> fd = AllocateEmpty(path, bytes);
+  if (!fd.ok()) return fd.status();
+  if (absl::Status s = SyncDir(path); !s.ok()) return s;
+  return std::unique_ptr<WriteJournal>(new WriteJournal(path, std::move(*fd), bytes));
+}
+
+std::string WriteJournal::SparePathFor(const std::string& path) {
+  return absl::StrCat(path, ".spare");
+}
+
+absl::StatusOr<std::unique_ptr<WriteJournal>> WriteJournal::TakeSpare(const std::string& path,
+                                                                      uint64_t bytes) {
+  const std::string spare = SparePathFor(path);
+  base::UniqueFd fd(::open(spare.c_str(), O_RDWR | O_CLOEXEC));
+  if (!fd.valid()) {
+    if (errno == ENOENT) return nullptr;
+    return base::ErrnoStatus(errno, absl::StrCat("open ", spare));
   }
-  char header[kHeaderSize] = {};
-  std::memcpy(header, kMagic, sizeof(kMagic));
-  if (absl::Status s = WriteAll(fd.get(), header, sizeof(header), 0, path); !s.ok()) return s;
-  if (::fsync(fd.get()) != 0) return base::ErrnoStatus(errno, absl::StrCat("fsync ", path));
+  absl::StatusOr<bool> fits = IsEmptyJournal(fd.get(), bytes, spare);
+  if (!fits.ok()) return fits.status();
+  if (!*fits) {  // another --upgrade_journal_mb, or not one of ours
+    if (absl::Status s = Remove(spare); !s.ok()) return s;
+    return nullptr;
+  }
+  if (::rename(spare.c_str(), path.c_str()) != 0) {
+    return base::ErrnoStatus(errno, absl::StrCat("rename ", spare, " to ", path));
+  }
   if (absl::Status s = SyncDir(path); !s.ok()) return s;
   return std::unique_ptr<WriteJournal>(new WriteJournal(path, std::move(fd), bytes));
+}
+
+absl::Status WriteJournal::MakeSpare(const std::string& path, uint64_t bytes) {
+  const std::string spare = SparePathFor(path);
+  base::UniqueFd fd(::open(spare.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.valid()) {
+    absl::StatusOr<bool> fits = IsEmptyJournal(fd.get(), bytes, spare);
+    if (!fits.ok() || *fits) return fits.status();
+  } else if (errno != ENOENT) {
+    return base::ErrnoStatus(errno, absl::StrCat("open ", spare));
+  }
+  const std::string tmp = absl::StrCat(spare, ".tmp");
+  absl::StatusOr<base::UniqueFd> made = AllocateEmpty(tmp, bytes);
+  if (!made.ok()) return made.status();
+  if (::rename(tmp.c_str(), spare.c_str()) != 0) {
+    return base::ErrnoStatus(errno, absl::StrCat("rename ", tmp, " to ", spare));
+  }
+  return SyncDir(spare);
+}
+
+absl::Status WriteJournal::Recycle(const std::string& path, uint64_t written) {
+  const std::string retired = RetiredPathFor(path);
+  base::UniqueFd fd(::open(retired.c_str(), O_RDWR | O_CLOEXEC));
+  if (!fd.valid()) return base::ErrnoStatus(errno, absl::StrCat("open ", retired));
+  absl::StatusOr<uint64_t> size = FileSize(fd.get(), retired);
+  if (!size.ok()) return size.status();
+  char magic[sizeof(kMagic)];
+  if (::pread(fd.get(), magic, sizeof(magic), 0) != static_cast<ssize_t>(sizeof(magic)) ||
+      std::memcmp(magic, kMagic, sizeof(kMagic)) != 0) {
+    return absl::DataLossError(absl::StrCat(retired, " is not a kvnode write journal"));
+  }
+  const uint64_t to = std::min(written, *size);
+  if (absl::Status s = WriteZeros(fd.get(), kHeaderSize, to, retired); !s.ok()) return s;
+  if (::fdatasync(fd.get()) != 0) {
+    return base::ErrnoStatus(errno, absl::StrCat("fdatasync ", retired));
+  }
+  const std::string spare = SparePathFor(path);
+  if (::rename(retired.c_str(), spare.c_str()) != 0) {
+    return base::ErrnoStatus(errno, absl::StrCat("rename ", retired, " to ", spare));
+  }
+  return SyncDir(spare);
 }
 
 absl::Status WriteJournal::Append(std::span<const JournalOp> ops, bool sync) {
@@ -137,6 +242,7 @@ absl::Status WriteJournal::Append(std::span<const JournalOp> ops, bool sync) {
   }
   StoreU32(buf_.data(), static_cast<uint32_t>(payload));
   StoreU64(buf_.data() + 8, XXH3_64bits(buf_.data() + kRecordHeader, payload));
+  written_to_ = std::max(written_to_, end_ + buf_.size());
   if (absl::Status s = WriteAll(fd_.get(), buf_.data(), buf_.size(), end_, path_); !s.ok()) {
     return s;
   }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
@@ -216,6 +217,8 @@ absl::StatusOr<uint64_t> Store::ReplayJournal(uint64_t from) {
   // later replay of these records would undo it. The caller removes the
   // retired file once it no longer holds the locks (RemoveRetiredJournal).
   if (absl::Status s = WriteJournal::Retire(path); !s.ok()) return s;
+  const WriteJournal* mine = journal_ != nullptr ? journal_.get() : prepared_journal_.get();
+  retired_written_ = mine != nullptr ? mine->written_to() : 0;
   journal_.reset();
   prepared_journal_.reset();
   replayed_.fetch_add(*n, std::memory_order_relaxed);
@@ -297,6 +300,7 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const StoreOptions& options) 
   absl::StatusOr<uint64_t> replayed = st.ReplayJournal();
   if (!replayed.ok()) return replayed.status();
   st.RemoveRetiredJournal();
+  st.MakeSpareJournal();
   if (*replayed > 0) {
     LOG(INFO) << "store " << options.db_path << ": replayed " << *replayed
               << " journaled writes into RocksDB (left by a process that was stopped)";
@@ -430,7 +434,7 @@ absl::Status Store::OpenDb() {
   switching_.store(true);
   absl::Status s = AdoptDbAndReplayRest(db, std::move(cfs), replayed_to, early);
   switching_.store(false);
-  if (s.ok()) RemoveRetiredJournal();
+  if (s.ok()) RecycleRetiredJournal();
   return s;
 }
 
@@ -489,6 +493,29 @@ void Store::RemoveRetiredJournal() {
   // PrepareJournal or start removes.
   if (absl::Status s = WriteJournal::Remove(retired); !s.ok()) {
     LOG(WARNING) << "store " << options_.db_path << ": " << s;
+  }
+}
+
+void Store::RecycleRetiredJournal() {
+  uint64_t written = 0;
+  {
+    absl::MutexLock w(&write_mu_);
+    written = std::exchange(retired_written_, 0);
+  }
+  if (written > 0) {
+    absl::Status s = WriteJournal::Recycle(WriteJournal::PathFor(options_.db_path), written);
+    if (s.ok()) return;
+    LOG(WARNING) << "store " << options_.db_path << ": the retired journal is not the spare: " << s;
+  }
+  RemoveRetiredJournal();
+  MakeSpareJournal();
+}
+
+void Store::MakeSpareJournal() {
+  const std::string path = WriteJournal::PathFor(options_.db_path);
+  if (absl::Status s = WriteJournal::MakeSpare(path, options_.journal_bytes); !s.ok()) {
+    LOG(WARNING) << "store " << options_.db_path
+                 << ": no spare write journal (the next live upgrade allocates one): " << s;
   }
 }
 

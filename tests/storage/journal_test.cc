@@ -166,6 +166,79 @@ TEST(WriteJournalTest, CreateRefusesUnreplayedRecords) {
   EXPECT_EQ(WriteJournal::ReadAll(path)->size(), 1u);
 }
 
+ino_t Inode(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 ? st.st_ino : 0;
+}
+
+off_t SizeOf(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 ? st.st_size : -1;
+}
+
+// Create takes the spare by a rename: no allocation while an upgrade waits.
+TEST(WriteJournalTest, CreateTakesTheSpare) {
+  TempStore t;
+  const std::string path = (t.dir() / "journal").string();
+  const std::string spare = WriteJournal::SparePathFor(path);
+  ASSERT_TRUE(WriteJournal::MakeSpare(path, 4 << 20).ok());
+  const ino_t made = Inode(spare);
+  ASSERT_NE(made, 0u);
+  ASSERT_TRUE(WriteJournal::MakeSpare(path, 4 << 20).ok());  // there already: kept
+  EXPECT_EQ(Inode(spare), made);
+  auto j = WriteJournal::Create(path, 4 << 20);
+  ASSERT_TRUE(j.ok()) << j.status();
+  EXPECT_EQ(Inode(path), made);
+  EXPECT_FALSE(Exists(spare));
+  ASSERT_TRUE((*j)->Append(OneWrite(1), true).ok());
+  EXPECT_EQ(WriteJournal::ReadAll(path)->size(), 1u);
+}
+
+// A spare of another size (--upgrade_journal_mb changed) is not taken.
+TEST(WriteJournalTest, ASpareOfAnotherSizeIsReplaced) {
+  TempStore t;
+  const std::string path = (t.dir() / "journal").string();
+  const std::string spare = WriteJournal::SparePathFor(path);
+  ASSERT_TRUE(WriteJournal::MakeSpare(path, 4 << 20).ok());
+  ASSERT_TRUE(WriteJournal::MakeSpare(path, 8 << 20).ok());
+  EXPECT_EQ(SizeOf(spare), 8 << 20);
+  auto j = WriteJournal::Create(path, 2 << 20);
+  ASSERT_TRUE(j.ok()) << j.status();
+  EXPECT_EQ(SizeOf(path), 2 << 20);
+  EXPECT_FALSE(Exists(spare));
+}
+
+// A recycled journal reads as empty, and none of its old records comes back
+// in the journal made from it: the first new record ends where the first old
+// one did, so without the zeros the second old one would be read next.
+TEST(WriteJournalTest, ARecycledJournalHoldsNoOldRecord) {
+  TempStore t;
+  const std::string path = (t.dir() / "journal").string();
+  const std::string spare = WriteJournal::SparePathFor(path);
+  uint64_t written = 0;
+  {
+    auto j = WriteJournal::Create(path, 4 << 20);
+    ASSERT_TRUE(j.ok()) << j.status();
+    for (int i = 0; i < 100; ++i) ASSERT_TRUE((*j)->Append(OneWrite(i), false).ok());
+    written = (*j)->written_to();
+  }
+  const ino_t first = Inode(path);
+  ASSERT_TRUE(WriteJournal::Retire(path).ok());
+  ASSERT_TRUE(WriteJournal::Recycle(path, written).ok());
+  EXPECT_FALSE(Exists(WriteJournal::RetiredPathFor(path)));
+  EXPECT_EQ(Inode(spare), first);
+  EXPECT_TRUE(WriteJournal::ReadAll(spare)->empty());
+
+  auto j = WriteJournal::Create(path, 4 << 20);
+  ASSERT_TRUE(j.ok()) << j.status();
+  EXPECT_EQ(Inode(path), first);
+  ASSERT_TRUE((*j)->Append(OneWrite(0), true).ok());
+  auto read = WriteJournal::ReadAll(path);
+  ASSERT_TRUE(read.ok()) << read.status();
+  ASSERT_EQ(read->size(), 1u);
+  EXPECT_EQ((*read)[0], OneWrite(0));
+}
+
 // The switch as the two processes of an upgrade run it (here in one process,
 // two stores on the same database and arena).
 // The old side: writes Key(0..99) and lets RocksDB go (closed for the
@@ -195,11 +268,15 @@ TEST(WriterSwitchTest, JournaledWritesAreServedAndReplayed) {
   auto o = Store::Open(t.options);
   ASSERT_TRUE(o.ok()) << o.status();
   for (int i = 0; i < 50; ++i) ASSERT_TRUE((*o)->Put(Key(i), Value(i, "old")).ok());
+  const std::string jpath = WriteJournal::PathFor(t.options.db_path);
+  const std::string spare = WriteJournal::SparePathFor(jpath);
+  const ino_t made = Inode(spare);  // by the cold start
+  ASSERT_NE(made, 0u);
   auto n = Store::AttachLive(t.options);
   ASSERT_TRUE(n.ok()) << n.status();
   ASSERT_TRUE((*n)->PrepareJournal().ok());
-  const std::string jpath = WriteJournal::PathFor(t.options.db_path);
-  EXPECT_TRUE(Exists(jpath));
+  EXPECT_EQ(Inode(jpath), made);
+  EXPECT_FALSE(Exists(spare));
 
   ASSERT_TRUE((*o)->ReleaseDbForHandoff().ok());
   EXPECT_TRUE(absl::IsFailedPrecondition((*o)->Put("x", "y").status()));
@@ -223,7 +300,9 @@ TEST(WriterSwitchTest, JournaledWritesAreServedAndReplayed) {
   o->reset();
   ASSERT_TRUE((*n)->OpenDb().ok());
   EXPECT_FALSE(Exists(jpath));
-  EXPECT_FALSE(Exists(WriteJournal::RetiredPathFor(jpath)));  // removed after the lock
+  EXPECT_FALSE(Exists(WriteJournal::RetiredPathFor(jpath)));
+  EXPECT_EQ(Inode(spare), made);  // the next upgrade's journal, zeroed
+  EXPECT_TRUE(WriteJournal::ReadAll(spare)->empty());
   EXPECT_EQ((*n)->stats().replayed, 3u);
   auto after = (*n)->Put(Key(3), Value(3, "new"));
   ASSERT_TRUE(after.ok());

@@ -29,8 +29,8 @@
 //                            makes each write durable in the journal
 //   O: CloseReleasedDb()     flushes the memtable, closes RocksDB
 //   N: OpenDb()              opens RocksDB (journal writes go on meanwhile),
-//                            replays the journal, removes it, and writes go to
-//                            RocksDB again
+//                            replays the journal, keeps it as the next
+//                            upgrade's spare, and writes go to RocksDB again
 //   O: destroys its Store    (unmaps only). On a failed handoff, once N is dead
 //                            (fenced): O: ReopenDbAfterFailedHandoff(), which
 //                            refuses when N may have acknowledged a write.
@@ -303,6 +303,13 @@ class Store {
   // Removes the journal ReplayJournal retired, if any (outside the locks:
   // freeing its blocks may take long).
   void RemoveRetiredJournal();
+  // The spare journal for the next live upgrade's new process (journal.h):
+  // its own retired journal when this process wrote it (retired_written_),
+  // else the retired one removed and a spare allocated. Outside the locks.
+  // A failure leaves the next upgrade to allocate its journal, as it would
+  // without a spare.
+  void RecycleRetiredJournal();
+  void MakeSpareJournal();
   // OpenDb's part under the locks: takes the RocksDB it opened, replays the
   // journal's records from `replayed_to` (`early` were replayed before) and
   // becomes the writer.
@@ -373,6 +380,9 @@ class Store {
   // (journal_), OpenDb replays and drops it.
   std::unique_ptr<WriteJournal> prepared_journal_ ABSL_GUARDED_BY(write_mu_);
   std::unique_ptr<WriteJournal> journal_ ABSL_GUARDED_BY(write_mu_);
+  // How far this process wrote the journal ReplayJournal retired (0: it did
+  // not write it); what RecycleRetiredJournal zeroes.
+  uint64_t retired_written_ ABSL_GUARDED_BY(write_mu_) = 0;
   uint64_t last_version_ ABSL_GUARDED_BY(write_mu_) = 0;
   // The generation this process claimed (0: none), and whether a write under
   // it is in RocksDB yet (the first one records it: kWrittenGenerationKey).
