@@ -214,8 +214,9 @@ absl::StatusOr<uint64_t> Store::ReplayJournal(uint64_t from) {
   if (!n.ok()) return n.status();
   CrashPoint("journal.after_replay");
   // Retired (and the rename synced) before RocksDB takes another write: a
-  // later replay of these records would undo it. The caller removes the
-  // retired file once it no longer holds the locks (RemoveRetiredJournal).
+  // later replay of these records would undo it. Once the caller no longer
+  // holds the locks it removes the retired file, or keeps it as the spare
+  // when this process wrote it (RemoveRetiredJournal, RecycleRetiredJournal).
   if (absl::Status s = WriteJournal::Retire(path); !s.ok()) return s;
   const WriteJournal* mine = journal_ != nullptr ? journal_.get() : prepared_journal_.get();
   retired_written_ = mine != nullptr ? mine->written_to() : 0;

@@ -190,7 +190,8 @@ class Store {
 
   // Cold start or restart: opens RocksDB, then re-attaches a clean matching
   // arena or (re)builds one from RocksDB. An arena of another user, or with
-  // group/other permissions, is an error (never rebuilt over).
+  // group/other permissions, is an error (never rebuilt over). Leaves a
+  // spare write journal (journal_bytes) for the first live upgrade.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<Store>> Open(const StoreOptions& options);
   // Live upgrade, new side: maps the existing arena only (O(1), no data read).
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<Store>> AttachLive(
