@@ -36,6 +36,14 @@ absl::Status SyncDir(const std::string& path) {
   return absl::OkStatus();
 }
 
+// Renames `from` to `to` (same directory) and syncs the directory.
+absl::Status RenameSynced(const std::string& from, const std::string& to) {
+  if (::rename(from.c_str(), to.c_str()) != 0) {
+    return base::ErrnoStatus(errno, absl::StrCat("rename ", from, " to ", to));
+  }
+  return SyncDir(to);
+}
+
 absl::Status WriteAll(int fd, const char* p, size_t n, uint64_t off, const std::string& path) {
   while (n > 0) {
     const ssize_t w = ::pwrite(fd, p, n, static_cast<off_t>(off));
@@ -171,10 +179,7 @@ absl::StatusOr<std::unique_ptr<WriteJournal>> WriteJournal::TakeSpare(const std:
     if (absl::Status s = Remove(spare); !s.ok()) return s;
     return nullptr;
   }
-  if (::rename(spare.c_str(), path.c_str()) != 0) {
-    return base::ErrnoStatus(errno, absl::StrCat("rename ", spare, " to ", path));
-  }
-  if (absl::Status s = SyncDir(path); !s.ok()) return s;
+  if (absl::Status s = RenameSynced(spare, path); !s.ok()) return s;
   return std::unique_ptr<WriteJournal>(new WriteJournal(path, std::move(fd), bytes));
 }
 
@@ -190,10 +195,7 @@ absl::Status WriteJournal::MakeSpare(const std::string& path, uint64_t bytes) {
   const std::string tmp = absl::StrCat(spare, ".tmp");
   absl::StatusOr<base::UniqueFd> made = AllocateEmpty(tmp, bytes);
   if (!made.ok()) return made.status();
-  if (::rename(tmp.c_str(), spare.c_str()) != 0) {
-    return base::ErrnoStatus(errno, absl::StrCat("rename ", tmp, " to ", spare));
-  }
-  return SyncDir(spare);
+  return RenameSynced(tmp, spare);
 }
 
 absl::Status WriteJournal::Recycle(const std::string& path, uint64_t written) {
@@ -212,11 +214,7 @@ absl::Status WriteJournal::Recycle(const std::string& path, uint64_t written) {
   if (::fdatasync(fd.get()) != 0) {
     return base::ErrnoStatus(errno, absl::StrCat("fdatasync ", retired));
   }
-  const std::string spare = SparePathFor(path);
-  if (::rename(retired.c_str(), spare.c_str()) != 0) {
-    return base::ErrnoStatus(errno, absl::StrCat("rename ", retired, " to ", spare));
-  }
-  return SyncDir(spare);
+  return RenameSynced(retired, SparePathFor(path));
 }
 
 absl::Status WriteJournal::Append(std::span<const JournalOp> ops, bool sync) {
