@@ -463,9 +463,13 @@ def summary(d):
     t17 = issue17_targets(D)
     print_table("The targets of issue 17", TARGET_HEADER, t17)
     print(f"issue 17 targets met: {sum(1 for t in t17 if t[3] == '**met**')} of {len(t17)}")
-    t15 = issue15_targets(D)
+    far = issue15_targets(D, "two_host")
+    t15 = issue15_targets(D, "guest", far)
     if t15:
-        print_table("The targets of issue 15 (live upgrade)", TARGET_HEADER, t15)
+        print_table("The targets of issue 15 (live upgrade, one guest)", TARGET_HEADER, t15)
+    if far:
+        print_table("The targets of issue 15 (live upgrade, clients on another machine)",
+                    TARGET_HEADER, far)
     print_time(D)
     return 0
 
@@ -777,22 +781,30 @@ UP_ROW = re.compile(r"^\s*(\d+) (\w+)\s+blackout\s+([\d.]+) ms\s+p99\s+([\d.]+) 
 UP_SETUP = re.compile(r"^== (\d+) keys .*: kvfill (\d+) ms, cold start (\d+) ms")
 
 
-def upgrade_logs(D):
-    """(run record, text of its log) of each bench-upgrade.sh run (runs without a log skipped)."""
+# Where a bench-upgrade.sh run's kvload ran: "guest", beside the node in the
+# one device session; "two_host", on the other guest of deploy/rxe-vm
+# --two-host, as a storage node's clients run.
+UP_WHERE = ("guest", "two_host")
+
+
+def upgrade_logs(D, where="guest"):
+    """(run record, text of its log) of each bench-upgrade.sh run with its
+    kvload `where` (runs without a log skipped)."""
     for r in D.runs:
-        if r["kind"] != "upgrade_run":
+        if r["kind"] != "upgrade_run" or r.get("where", "guest") != where:
             continue
         try:
             text = open(os.path.join(D.dir, r["log"])).read()
         except OSError:
             continue
-        yield r, text
+        # deploy/rxe-vm --two-host prefixes each guest's lines with its name.
+        yield r, re.sub(r"^\[server\] ", "", text, flags=re.M)
 
 
-def upgrade_setup(D):
+def upgrade_setup(D, where="guest"):
     """[(keys, kvfill ms, cold start ms)] from bench-upgrade.sh's logs."""
     out = []
-    for _, text in upgrade_logs(D):
+    for _, text in upgrade_logs(D, where):
         for line in text.splitlines():
             m = UP_SETUP.match(line)
             if m:
@@ -800,10 +812,10 @@ def upgrade_setup(D):
     return out
 
 
-def upgrade_section(D):
+def upgrade_section(D, where="guest"):
     """A table from deploy/bench-upgrade.sh's summary lines."""
     rows = []
-    for r, text in upgrade_logs(D):
+    for r, text in upgrade_logs(D, where):
         seen = set()
         for line in text.splitlines():
             m = UP_ROW.match(line)
@@ -830,11 +842,13 @@ UP_PHASES = re.compile(r"^\s*phases (\w+): writer_switch (\d+) ms\s+signal->N_wr
                        r"\s+signal->O_exit (\d+) ms")
 
 
-def issue15_targets(D):
+def issue15_targets(D, where="guest", elsewhere=None):
     """[target, measured, goal, verdict, cause of a miss] for issue 15, from
-    bench-upgrade.sh's summary (one run per cell: no medians across runs)."""
+    bench-upgrade.sh's summary (one run per cell: no medians across runs).
+    `elsewhere`: the same rows from the runs with the clients on another
+    machine, named in the cause of a miss here."""
     runs, events = {}, []
-    for _, text in upgrade_logs(D):
+    for _, text in upgrade_logs(D, where):
         summary = text.split("== summary", 1)[-1]
         for line in summary.splitlines():
             m = UP_ROW.match(line)
@@ -848,14 +862,20 @@ def issue15_targets(D):
                 events.append((int(m.group(3)), int(m.group(4))))
     out = []
 
+    there = {row[0]: row for row in elsewhere or []}
+
     def add(name, num, den, goal, le, what, cause=""):
         if num is None or not den:
             return
         r = num / den
         ok = r <= goal if le else r >= goal
+        cause = cause or "not traced in this run"
+        if name in there:
+            cause += (f"; with the clients on another machine: {there[name][1]}, "
+                      f"{there[name][3].strip('*')}")
         out.append([name, f"{r:.2f}x ({what.format(num=num, den=den)})",
                     f"{'≤' if le else '≥'} {goal:g}x", "**met**" if ok else "**not met**",
-                    "" if ok else cause or "not traced in this run"])
+                    "" if ok else cause])
 
     def get(keys, mode, i):
         v = runs.get((keys, mode))
@@ -908,6 +928,34 @@ def issue15_targets(D):
         out.append(["failed operations, every run", str(failed), "0",
                     "**met**" if failed == 0 else "**not met**", ""])
     return out
+
+
+def upgrade_two_host_md(D, w):
+    """The live-upgrade runs with kvload on another machine, when bench-all ran them."""
+    ur = next((r for r in D.runs if r["kind"] == "upgrade_run" and r.get("where") == "two_host"),
+              None)
+    if ur is None:
+        return
+    w("\n### The same with the clients on another machine\n")
+    w(f"`{ur.get('command', 'BENCH_TWO_HOST=1 deploy/bench-upgrade.sh')}`, run by bench-all "
+      "after the session above: the same keys, events and load, with kvload on the \"client\" "
+      "guest of `deploy/rxe-vm --two-host` and the node on the \"server\" guest (1 TCG vCPU "
+      "each, one virtio-net link, both ends with `--qp_timeout 16 --qp_retry_cnt 3`). A storage "
+      "node's clients run on other machines. In the one guest above, kvload's busy-polling "
+      "threads share the node's two vCPUs, so the upgrade's CPU work (the new process's start, "
+      "the arena's registration, RocksDB's close and open) is taken from the clients; here it "
+      "is not. The node's one vCPU is shared by the old and the new process, and every "
+      "operation crosses the link, so the steady figures are higher than in one guest.\n")
+    up = upgrade_section(D, "two_host")
+    if not up:
+        w(f"No result: bench-upgrade.sh exited {ur.get('rc', '?')} before its summary "
+          f"(log: {ur.get('log', '?')}).\n")
+        return
+    w(up + "\n")
+    t15 = issue15_targets(D, "two_host")
+    if t15:
+        w("The targets of issue 15, from these runs (one run per cell):\n")
+        w(md_table(TARGET_HEADER, t15) + "\n")
 
 
 # ----------------------------------------------------------------------------
@@ -1226,7 +1274,7 @@ def report(d, md_path, plots):
           "leave them) before the node starts; the node's cold start then builds its arena from "
           "RocksDB, as every naive restart does.\n")
         w(up + "\n")
-        t15 = issue15_targets(D)
+        t15 = issue15_targets(D, "guest", issue15_targets(D, "two_host"))
         if t15:
             w("The targets of issue 15, from the runs above (one run per cell):\n")
             w(md_table(TARGET_HEADER, t15) + "\n")
@@ -1240,6 +1288,7 @@ def report(d, md_path, plots):
         w("Not run in this session: `deploy/bench-upgrade.sh` (issue 6) was not in the tree.\n")
     if up_png:
         w(f"![ops/s and max latency across upgrades]({rel(up_png)})\n")
+    upgrade_two_host_md(D, w)
 
     if reg:
         w("\n## rdma/ micro-benchmarks (`rdma_bench`)\n")
