@@ -68,7 +68,7 @@ if [[ -n $sched ]]; then
   awk -v off="$mono_to_wall" '($3 ~ /kvload/ && $4 + 0 > 20 && $7 !~ /futex/) || ($3 ~ /kvload|kvnode/ && $5 + 0 > 5) {
     w = $1 + off; cmd = "date -u -d @" int(w) " +%T"; cmd | getline t; close(cmd)
     line = sprintf("%s.%06d %-16s wait %8s ms sch delay %7s ms run %7s ms", t, (w - int(w)) * 1e6, $3, $4, $5, $6)
-    for (i = 7; i <= NF && i <= 12; ++i) line = line " " $i
+    for (i = 7; i <= NF && i <= 40; ++i) line = line " " $i
     print line
   }' "$KV_DIR/timehist.txt" | head -80 || true
   # A window in which neither vCPU switched tasks although they were busy
@@ -115,7 +115,7 @@ if sys.argv[2]:
             continue
         if end >= g0 and end - run <= g1:
             print("  %+8.1f ms %s %-20s run %7s %s" % ((end - g0) * 1000 - 2, f[1], f[2], f[5],
-                                                      " ".join(f[6:10])))
+                                                      " ".join(f[6:40])))
 PY
 # The node's upgrade steps and the moved clients' new sessions, beside each
 # client's own "moved" line: a move's time runs from O's Move to the client's.
