@@ -842,11 +842,10 @@ UP_PHASES = re.compile(r"^\s*phases (\w+): writer_switch (\d+) ms\s+signal->N_wr
                        r"\s+signal->O_exit (\d+) ms")
 
 
-def issue15_targets(D, where="guest", elsewhere=None):
-    """[target, measured, goal, verdict, cause of a miss] for issue 15, from
-    bench-upgrade.sh's summary (one run per cell: no medians across runs).
-    `elsewhere`: the same rows from the runs with the clients on another
-    machine, named in the cause of a miss here."""
+def upgrade_figures(D, where="guest"):
+    """From bench-upgrade.sh's summary: {(keys, mode): (blackout ms, p99 ms,
+    failed ops, stall ms or None)} and [(signal -> N writes ms, signal -> O
+    exit ms)] per live event."""
     runs, events = {}, []
     for _, text in upgrade_logs(D, where):
         summary = text.split("== summary", 1)[-1]
@@ -860,6 +859,57 @@ def issue15_targets(D, where="guest", elsewhere=None):
             m = UP_PHASES.match(line)
             if m:
                 events.append((int(m.group(3)), int(m.group(4))))
+    return runs, events
+
+
+# Issue 15's starting point ("Where it stands", docs/BENCHMARKS.md of session
+# 3: bench-upgrade.sh in one TCG guest, idle host; the GET-only gap from a
+# user's run of 2 upgrades): (figure, before, how to measure it now).
+ISSUE15_BEFORE = [
+    ("YCSB A live blackout, 100,000 keys", "985 ms", ("bo", 100000, "live")),
+    ("YCSB A live blackout, 1,000,000 keys", "1274 ms", ("bo", 1000000, "live")),
+    ("YCSB A live blackout / steady p99", "~54x", ("ratio", "live", 0, "steady", 1)),
+    ("naive restart blackout / live blackout, YCSB A, 100,000 keys", "5.8x",
+     ("ratio", "naive", 0, "live", 0, 100000)),
+    ("naive restart blackout / live blackout, YCSB A, 1,000,000 keys", "12.8x",
+     ("ratio", "naive", 0, "live", 0, 1000000)),
+    ("YCSB C (GET only) live blackout / steady blackout", "7.4x (30 / 4 ms)",
+     ("ratio", "live_c", 0, "steady_c", 0)),
+    ("signal → N acknowledges writes, median", "5.75 s (to Owned)", ("event", 0)),
+    ("signal → old process exit, median", "5-8 s", ("event", 1)),
+]
+
+
+def issue15_before_after(D):
+    """[figure, before, now in one guest, now with the clients on another machine]."""
+    figs = {w: upgrade_figures(D, w) for w in UP_WHERE}
+
+    def now(where, how):
+        runs, events = figs[where]
+        if how[0] == "bo":
+            v = runs.get((how[1], how[2]))
+            return f"{v[0]:.1f} ms" if v else "-"
+        if how[0] == "event":
+            return f"{statistics.median(e[how[1]] for e in events) / 1000:.2f} s" if events else "-"
+        _, num, i, den, j, *only = how
+        cells = []
+        for keys in sorted({k for k, _ in runs}):
+            a, b = runs.get((keys, num)), runs.get((keys, den))
+            if a and b and b[j] and (not only or keys == only[0]):
+                cells.append(f"{a[i] / b[j]:.1f}x" + ("" if only else f" ({keys:,} keys)"))
+        return ", ".join(cells) or "-"
+
+    if not any(figs[w][0] for w in UP_WHERE):
+        return []
+    return [[name, before] + [now(w, how) for w in UP_WHERE] for name, before, how in ISSUE15_BEFORE]
+
+
+def issue15_targets(D, where="guest", elsewhere=None):
+    """[target, measured, goal, verdict, cause of a miss] for issue 15, from
+    bench-upgrade.sh's summary (one run per cell: no medians across runs).
+    `elsewhere`: the same rows from the runs with the clients on another
+    machine, named in the cause of a miss here."""
+    runs, events = upgrade_figures(D, where)
     out = []
 
     there = {row[0]: row for row in elsewhere or []}
@@ -1274,6 +1324,14 @@ def report(d, md_path, plots):
           "leave them) before the node starts; the node's cold start then builds its arena from "
           "RocksDB, as every naive restart does.\n")
         w(up + "\n")
+        ba = issue15_before_after(D)
+        if ba:
+            w("Before and after issue 15 (the live upgrade without a stall): its starting "
+              "figures (the issue's \"Where it stands\": this benchmark in one guest, idle host; "
+              "the GET-only ratio from a user's run of two upgrades) against this run's, in one "
+              "guest and with the clients on another machine (below):\n")
+            w(md_table(["figure", "before", "now, one guest", "now, clients on another machine"],
+                       ba) + "\n")
         t15 = issue15_targets(D, "guest", issue15_targets(D, "two_host"))
         if t15:
             w("The targets of issue 15, from the runs above (one run per cell):\n")
