@@ -233,6 +233,7 @@ class Client::Impl {
 
  private:
   friend class Client;
+  friend class ImplTestPeer;  // tests/client: a completion against chosen sessions
 
   // --- client.cc ---------------------------------------------------------------
   // Device context, PD, CQ and registered buffers: on the first Welcome, so
@@ -283,8 +284,10 @@ class Client::Impl {
   // Starts (or restarts) a slot on the current session, or queues it.
   // `now`: the caller's one clock reading for the event it handles.
   void Start(uint32_t idx, absl::Time now);
-  // The key's hash for the current session's geometry (computed once).
-  const storage::KeyHash& KeyHashOf(Slot& slot);
+  // The key's hash for geometry `g` (computed once per hash seed). The
+  // caller names the geometry: a READ may complete on a session that is no
+  // longer the current one, or when there is none.
+  const storage::KeyHash& KeyHashOf(Slot& slot, const storage::Geometry& g);
   // The first READ step of a GET: through the location cache when it knows
   // the key, else the home bucket.
   void FirstStep(Slot& slot);

@@ -190,8 +190,7 @@ void Client::Impl::Start(uint32_t idx, absl::Time now) {
   SendRpc(idx, s, now);
 }
 
-const storage::KeyHash& Client::Impl::KeyHashOf(Slot& s) {
-  const storage::Geometry& g = *current_->geometry;
+const storage::KeyHash& Client::Impl::KeyHashOf(Slot& s, const storage::Geometry& g) {
   if (!s.hashed || s.hash_seed != g.hash_seed) {
     s.hash = storage::HashKey(g, s.key);
     s.hash_seed = g.hash_seed;
@@ -202,7 +201,7 @@ const storage::KeyHash& Client::Impl::KeyHashOf(Slot& s) {
 
 void Client::Impl::FirstStep(Slot& s) {
   const storage::Geometry& g = *current_->geometry;
-  const storage::KeyHash& h = KeyHashOf(s);
+  const storage::KeyHash& h = KeyHashOf(s, g);
   if (location_cache_.enabled()) {
     location_cache_.ForArena(g.arena_id);
     storage::CachedLocation loc;
@@ -445,11 +444,11 @@ void Client::Impl::OnReadDone(uint32_t idx, Slot& s, absl::Time now) {
     // Overwritten, deleted, moved, or another key's entry: the bucket says.
     ++stats_.location_stale;
     if (s.hashed) location_cache_.Erase(s.hash);
-    s.step = storage::FirstRead(*ses->geometry, KeyHashOf(s));
     if (!CanRead() || ses != current_.get()) {
-      Requeue(idx, now);
+      Requeue(idx, now);  // restarts from FirstStep on the next session
       return;
     }
+    s.step = storage::FirstRead(*ses->geometry, KeyHashOf(s, *ses->geometry));
     PostRead(idx, s, now);
     return;
   }
@@ -479,7 +478,7 @@ void Client::Impl::OnReadDone(uint32_t idx, Slot& s, absl::Time now) {
         ++stats_.rpc_fallbacks;
         s.use_rpc = true;
       } else if (ses == current_.get()) {
-        s.step = storage::FirstRead(*ses->geometry, KeyHashOf(s));
+        s.step = storage::FirstRead(*ses->geometry, KeyHashOf(s, *ses->geometry));
       }
       break;
     case storage::ReadResult::Outcome::kSlowPath:

@@ -22,7 +22,64 @@
 #include "op_budget.h"
 
 namespace kvnode::client {
+
+// Drives Client::Impl's completion handling against sessions the test sets
+// up by hand: no device, no peer.
+class ImplTestPeer {
+ public:
+  // Slot 0 holds a GET whose READ of a cached location was posted on session
+  // 1, which is now retiring (lost, or left by a Move), and `current` (or
+  // none) is where new work goes. The READ completes with bytes that are
+  // not the key's object: the location is stale. Returns the slot's state.
+  static Slot::State StaleCachedReadDone(std::unique_ptr<Session> current) {
+    Client::Impl c(ClientOptions{});
+    storage::Geometry g;
+    g.arena_size = 8 << 20;
+    g.index_offset = 4096;
+    g.bucket_count = 1024;
+    g.hash_seed = 7;
+    absl::StatusOr<rdma::HostMemory> mem =
+        rdma::HostMemory::Allocate((size_t{Client::Impl::kSlotStride} + 4095) / 4096 * 4096);
+    EXPECT_TRUE(mem.ok()) << mem.status();
+    c.slot_mem_ = *std::move(mem);  // zeros: no object there
+    auto old = std::make_unique<Session>();
+    old->epoch = 1;
+    old->geometry = g;
+    old->broken = true;
+    old->state = SessionState::kFlushing;
+    c.retiring_.push_back(std::move(old));
+    c.current_ = std::move(current);
+    c.slots_.resize(1);
+    Slot& s = c.slots_[0];
+    s.state = Slot::State::kReading;
+    s.key = "key";
+    s.epoch = 1;
+    s.deadline = absl::InfiniteFuture();
+    s.step.kind = storage::ReadStep::Kind::kCached;
+    s.step.offset = g.index_offset + g.index_bytes();
+    s.step.length = 64;
+    s.step.owner = g.index_offset;
+    c.OnReadDone(0, s, absl::Now());
+    const Slot::State state = s.state;
+    c.closed_ = true;  // nothing to tear down: no device, no socket
+    return state;
+  }
+};
+
 namespace {
+
+// A READ that completes after its session stopped being the current one
+// (the node said Goodbye, or a Move installed another) goes back to the
+// queue for the next session, which starts it again from FirstStep. Nothing
+// on that path may need a current session: after a Goodbye there is none
+// until the reconnection.
+TEST(ReadDone, StaleCachedReadOnARetiredSessionIsRequeued) {
+  EXPECT_EQ(ImplTestPeer::StaleCachedReadDone(nullptr), Slot::State::kQueued);
+  auto other = std::make_unique<Session>();
+  other->epoch = 2;
+  other->state = SessionState::kUp;
+  EXPECT_EQ(ImplTestPeer::StaleCachedReadDone(std::move(other)), Slot::State::kQueued);
+}
 
 // The location cache is bounded, keyed by the whole hash (bucket and
 // fingerprint), and forgets everything when the arena changes.
