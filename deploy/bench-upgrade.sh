@@ -438,6 +438,8 @@ PY
     node_pid=""
     # RocksDB's own log tells where an open or a flush spent its time.
     cp "$dir/db/LOG" "$dir/rocksdb.log" 2>/dev/null || true
+    # The server guest's /tmp ends with it: its node log goes beside kvload's.
+    [[ -z $two_host ]] || cp "$dir/kvnode.log" "$dir/rocksdb.log" "$rdir/" 2>/dev/null || true
     rm -rf "$dir/db" # the guest's /tmp is memory (1e6 keys: ~100 MB); the logs stay
   done
   echo "== summary (event = live: signal -> old process exit; naive: SIGTERM -> new process answering)"
