@@ -297,21 +297,35 @@ fi
 
 # Part 2 with kvload on the other guest of deploy/rxe-vm --two-host. Its
 # kvload reports are copied from build/bench-twohost/ to DIR/upgrade-two-host/.
+# The bed's virtual link has been seen to die for good (docs/twohost.md,
+# "Dead link"); kvload then finds "No route to host" and every later run of
+# the part fails. The part then runs once more, as the two-host tests do;
+# the first attempt's log is kept as bench-upgrade.dead-link.log.
 upgrade_two_host() {
-  local dir=$out/upgrade-two-host rc=0
+  local dir=$out/upgrade-two-host rc attempt dead=0
   local settings="BENCH_KEYS='$UPGRADE_KEYS' BENCH_EVENTS=1 BENCH_RUN_S=10 BENCH_AT_S=3"
   mkdir -p "$dir"
-  log "2b. live upgrade vs naive restart, kvload on another machine (cap ${UPGRADE_TWO_HOST_MAX_S} s)"
-  BENCH_TWO_HOST=1 KVNODE_BUILD_DIR=$build BENCH_KEYS=$UPGRADE_KEYS BENCH_EVENTS=1 BENCH_RUN_S=10 \
-    BENCH_AT_S=3 timeout -k 30 "$UPGRADE_TWO_HOST_MAX_S" deploy/bench-upgrade.sh --no-build \
-    >"$dir/bench-upgrade.log" 2>&1 || rc=$?
-  cp -r "$build/bench-twohost/." "$dir/" 2>/dev/null || true
-  ((rc == 0)) || log "bench-upgrade.sh (two hosts) exited $rc"
+  for attempt in 1 2; do
+    rc=0
+    log "2b. live upgrade vs naive restart, kvload on another machine (attempt $attempt," \
+      "cap ${UPGRADE_TWO_HOST_MAX_S} s)"
+    BENCH_TWO_HOST=1 KVNODE_BUILD_DIR=$build BENCH_KEYS=$UPGRADE_KEYS BENCH_EVENTS=1 BENCH_RUN_S=10 \
+      BENCH_AT_S=3 timeout -k 30 "$UPGRADE_TWO_HOST_MAX_S" deploy/bench-upgrade.sh --no-build \
+      >"$dir/bench-upgrade.log" 2>&1 || rc=$?
+    cp -r "$build/bench-twohost/." "$dir/" 2>/dev/null || true
+    ((rc == 0)) || log "bench-upgrade.sh (two hosts) exited $rc"
+    grep -q "No route to host" "$dir/bench-upgrade.log" || break
+    ((attempt == 2)) && break
+    log "the two guests' link died (kvload: No route to host): once more"
+    mv "$dir/bench-upgrade.log" "$dir/bench-upgrade.dead-link.log"
+    dead=1
+  done
   python3 -c 'import json, sys
 print(json.dumps({"kind": "upgrade_run", "where": "two_host", "rc": int(sys.argv[1]),
                   "log": "upgrade-two-host/bench-upgrade.log", "keys": sys.argv[2], "run_s": 10,
-                  "at_s": 3, "command": sys.argv[3]}))' "$rc" "$UPGRADE_KEYS" \
-    "BENCH_TWO_HOST=1 $settings deploy/bench-upgrade.sh --no-build" >>"$out/runs.jsonl"
+                  "at_s": 3, "command": sys.argv[3], "dead_link_retried": sys.argv[4] == "1"}))' \
+    "$rc" "$UPGRADE_KEYS" "BENCH_TWO_HOST=1 $settings deploy/bench-upgrade.sh --no-build" "$dead" \
+    >>"$out/runs.jsonl"
 }
 
 # The host's load, sampled while the session runs (it is shared).
