@@ -318,12 +318,12 @@ upgrade_two_host() {
     ((attempt == 2)) && break
     log "the two guests' link died (kvload: No route to host): once more"
     mv "$dir/bench-upgrade.log" "$dir/bench-upgrade.dead-link.log"
-    dead=1
+    dead=$attempt
   done
   python3 -c 'import json, sys
 print(json.dumps({"kind": "upgrade_run", "where": "two_host", "rc": int(sys.argv[1]),
                   "log": "upgrade-two-host/bench-upgrade.log", "keys": sys.argv[2], "run_s": 10,
-                  "at_s": 3, "command": sys.argv[3], "dead_link_retried": sys.argv[4] == "1"}))' \
+                  "at_s": 3, "command": sys.argv[3], "dead_link_attempts": int(sys.argv[4])}))' \
     "$rc" "$UPGRADE_KEYS" "BENCH_TWO_HOST=1 $settings deploy/bench-upgrade.sh --no-build" "$dead" \
     >>"$out/runs.jsonl"
 }

@@ -996,10 +996,11 @@ def upgrade_two_host_md(D, w):
       "the arena's registration, RocksDB's close and open) is taken from the clients; here it "
       "is not. The node's one vCPU is shared by the old and the new process, and every "
       "operation crosses the link, so the steady figures are higher than in one guest.\n")
-    if ur.get("dead_link_retried"):
-        w("The first attempt's virtual link died for good (kvload: \"No route to host\"; "
-          "docs/twohost.md, \"Dead link\"), so the part ran once more: these are the second "
-          "attempt's figures.\n")
+    dead = ur.get("dead_link_attempts", 0)
+    if dead:
+        w(f"The virtual link between the guests died for good in the first {dead} attempt(s) "
+          "(kvload: \"No route to host\"; docs/twohost.md, \"Dead link\"), so the part ran "
+          f"again: these are attempt {dead + 1}'s figures.\n")
     up = upgrade_section(D, "two_host")
     if not up:
         w(f"No result: bench-upgrade.sh exited {ur.get('rc', '?')} before its summary "
