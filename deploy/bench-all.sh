@@ -303,16 +303,16 @@ fi
 # the part fails. The part then runs once more, as the two-host tests do;
 # the first attempt's log is kept as bench-upgrade.dead-link.log.
 upgrade_two_host() {
-  local dir=$out/upgrade-two-host rc attempt dead=0
-  local settings="BENCH_KEYS='$UPGRADE_KEYS' BENCH_EVENTS=1 BENCH_RUN_S=10 BENCH_AT_S=3"
+  local dir=$out/upgrade-two-host rc attempt dead=0 cmd
+  local settings=(BENCH_TWO_HOST=1 BENCH_KEYS="$UPGRADE_KEYS" BENCH_EVENTS=1 BENCH_RUN_S=10 BENCH_AT_S=3)
+  printf -v cmd '%q ' "${settings[@]}" deploy/bench-upgrade.sh --no-build
   mkdir -p "$dir"
   for attempt in 1 2; do
     rc=0
     log "2b. live upgrade vs naive restart, kvload on another machine (attempt $attempt," \
       "cap ${UPGRADE_TWO_HOST_MAX_S} s)"
-    BENCH_TWO_HOST=1 KVNODE_BUILD_DIR=$build BENCH_KEYS=$UPGRADE_KEYS BENCH_EVENTS=1 BENCH_RUN_S=10 \
-      BENCH_AT_S=3 timeout -k 30 "$UPGRADE_TWO_HOST_MAX_S" deploy/bench-upgrade.sh --no-build \
-      >"$dir/bench-upgrade.log" 2>&1 || rc=$?
+    env "${settings[@]}" KVNODE_BUILD_DIR="$build" timeout -k 30 "$UPGRADE_TWO_HOST_MAX_S" \
+      deploy/bench-upgrade.sh --no-build >"$dir/bench-upgrade.log" 2>&1 || rc=$?
     cp -r "$build/bench-twohost/." "$dir/" 2>/dev/null || true
     ((rc == 0)) || log "bench-upgrade.sh (two hosts) exited $rc"
     grep -q "No route to host" "$dir/bench-upgrade.log" || break
@@ -325,7 +325,7 @@ upgrade_two_host() {
 print(json.dumps({"kind": "upgrade_run", "where": "two_host", "rc": int(sys.argv[1]),
                   "log": "upgrade-two-host/bench-upgrade.log", "keys": sys.argv[2], "run_s": 10,
                   "at_s": 3, "command": sys.argv[3], "dead_link_attempts": int(sys.argv[4])}))' \
-    "$rc" "$UPGRADE_KEYS" "BENCH_TWO_HOST=1 $settings deploy/bench-upgrade.sh --no-build" "$dead" \
+    "$rc" "$UPGRADE_KEYS" "${cmd% }" "$dead" \
     >>"$out/runs.jsonl"
 }
 

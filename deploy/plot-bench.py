@@ -980,8 +980,9 @@ def issue15_targets(D, where="guest", elsewhere=None):
     return out
 
 
-def upgrade_two_host_md(D, w):
-    """The live-upgrade runs with kvload on another machine, when bench-all ran them."""
+def upgrade_two_host_md(D, w, t15):
+    """The live-upgrade runs with kvload on another machine, when bench-all ran
+    them; t15: their issue15_targets."""
     ur = next((r for r in D.runs if r["kind"] == "upgrade_run" and r.get("where") == "two_host"),
               None)
     if ur is None:
@@ -1007,7 +1008,6 @@ def upgrade_two_host_md(D, w):
           f"(log: {ur.get('log', '?')}).\n")
         return
     w(up + "\n")
-    t15 = issue15_targets(D, "two_host")
     if t15:
         w("The targets of issue 15, from these runs (one run per cell):\n")
         w(md_table(TARGET_HEADER, t15) + "\n")
@@ -1311,6 +1311,7 @@ def report(d, md_path, plots):
         L += ps
         L[-1] = L[-1].rstrip("\n")
     up = upgrade_section(D)
+    t15_far = issue15_targets(D, "two_host")
     w("\n## Live upgrade against a naive restart\n")
     if up:
         ur = next((r for r in D.runs if r["kind"] == "upgrade_run"), {})
@@ -1337,7 +1338,7 @@ def report(d, md_path, plots):
               "guest and with the clients on another machine (below):\n")
             w(md_table(["figure", "before", "now, one guest", "now, clients on another machine"],
                        ba) + "\n")
-        t15 = issue15_targets(D, "guest", issue15_targets(D, "two_host"))
+        t15 = issue15_targets(D, "guest", t15_far)
         if t15:
             w("The targets of issue 15, from the runs above (one run per cell):\n")
             w(md_table(TARGET_HEADER, t15) + "\n")
@@ -1351,7 +1352,7 @@ def report(d, md_path, plots):
         w("Not run in this session: `deploy/bench-upgrade.sh` (issue 6) was not in the tree.\n")
     if up_png:
         w(f"![ops/s and max latency across upgrades]({rel(up_png)})\n")
-    upgrade_two_host_md(D, w)
+    upgrade_two_host_md(D, w, t15_far)
 
     if reg:
         w("\n## rdma/ micro-benchmarks (`rdma_bench`)\n")
