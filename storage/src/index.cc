@@ -371,15 +371,26 @@ IndexWriter::Placement IndexWriter::Upsert(std::string_view key, std::string_vie
   return Placement::kResident;
 }
 
+void IndexWriter::ClearResident(const Probe& p) {
+  SetSlot(p.resident_slot, 0);
+  SetRef(p.resident_slot, false);
+  Add(&ArenaHeader::resident_keys, -1);
+  Add(&ArenaHeader::num_keys, -1);
+  MaybeUnlink(BucketOf(p.resident_slot), p.home_bucket);
+}
+
+void IndexWriter::RemoveIfResident(std::string_view key) {
+  ReclaimExpired();
+  const Probe p = Find(key);
+  // Invariant 10: without a resident slot, nothing here is the key's own.
+  if (p.resident_slot != 0) ClearResident(p);
+}
+
 void IndexWriter::Remove(std::string_view key, bool existed) {
   ReclaimExpired();
   const Probe p = Find(key);
   if (p.resident_slot != 0) {
-    SetSlot(p.resident_slot, 0);
-    SetRef(p.resident_slot, false);
-    Add(&ArenaHeader::resident_keys, -1);
-    Add(&ArenaHeader::num_keys, -1);
-    MaybeUnlink(BucketOf(p.resident_slot), p.home_bucket);
+    ClearResident(p);
     return;
   }
   if (!existed) return;

@@ -76,6 +76,24 @@
 //     object: readers retry and then ask the server, which reads RocksDB,
 //     until the key is written again (a write in the intent is republished
 //     at once).
+// 10. The reconciliation of a write intent a dead writer left (Store::
+//     ReconcileIntent) publishes the intent's keys again, and cannot know
+//     whether the first publication ran not at all, in part or in full. So
+//     each step it repeats may leave a marker too many (harmless: it only
+//     sends readers to the server, as in 6) and never one too few (a false
+//     NotFound). It never clears a marker: markers do not name their key
+//     (6), and once the first publication removed the key's own cover, a
+//     marker with its fingerprint covers another non-resident key, whose
+//     last one it may be. Its removal (RemoveIfResident) clears the key's
+//     resident slot if there is one and nothing else; a DELETE of a
+//     non-resident key whose publication never ran leaves its marker. Its
+//     Upsert of a key the publication made resident updates it in place; of
+//     a new key whose publication left a marker (the object did not fit), it
+//     adds another marker or a slot and the first marker stays. Such markers
+//     stay until their fingerprint is promoted or removed in that chain, or
+//     the arena is rebuilt. The header's counters (num_keys, marker_slots)
+//     may then be off by the keys of one intent: they are statistics, which
+//     no decision here reads.
 #ifndef KVNODE_STORAGE_SRC_INDEX_H_
 #define KVNODE_STORAGE_SRC_INDEX_H_
 
@@ -129,8 +147,13 @@ class IndexWriter {
   // allow_evict: may evict other keys to make room (false during rebuild).
   Placement Upsert(std::string_view key, std::string_view value, uint64_t version, bool existed,
                    bool allow_evict);
-  // Removes the key (existed: it was in the store before).
+  // Removes the key (existed: it was in the store before). Not idempotent:
+  // a non-resident key's removal clears a marker with its fingerprint
+  // (invariant 6c), so a second call may clear another key's cover.
   void Remove(std::string_view key, bool existed);
+  // The removal of a reconciliation (invariant 10): clears the key's resident
+  // slot if it has one, never a marker. Idempotent.
+  void RemoveIfResident(std::string_view key);
   // CLOCK: marks a resident key as recently used (any thread, racy by design).
   void Touch(uint64_t slot_offset) const;
 
@@ -160,6 +183,8 @@ class IndexWriter {
   // the chain at `home` with no slot in use.
   void MaybeUnlink(uint64_t bucket, uint64_t home);
   uint32_t NextBucketTag();
+  // Empties the resident slot `p` found (a removal's one store, invariant 2).
+  void ClearResident(const Probe& p);
   void ReleaseLimbo(const LimboEntry& e);
   bool ReclaimOldest();
   bool EvictOne(uint64_t protect);

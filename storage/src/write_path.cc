@@ -109,6 +109,8 @@ absl::Status Store::ReconcileIntent() {
   return absl::OkStatus();
 }
 
+// Every step here may repeat one the dead writer's publication already took
+// (index.h invariant 10): it may leave a marker too many, never one too few.
 absl::Status Store::Republish(std::string_view key, bool existed) {
   GetResult cur;
   absl::StatusOr<bool> has = ReadFromDb(key, &cur);
@@ -120,7 +122,10 @@ absl::Status Store::Republish(std::string_view key, bool existed) {
     existed = existed || index_->Find(key).resident_slot != 0;
     index_->Upsert(key, cur.value, cur.version, existed, /*allow_evict=*/true);
   } else {
-    index_->Remove(key, existed);
+    // Not Remove(key, existed): the publication may already have cleared the
+    // key's marker, and a second marker with its fingerprint is another
+    // key's cover.
+    index_->RemoveIfResident(key);
   }
   return absl::OkStatus();
 }

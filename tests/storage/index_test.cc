@@ -238,6 +238,44 @@ TEST(IndexInterleavingTest, RemovingANonResidentKeyKeepsTheLastMarker) {
   EXPECT_EQ(c.header().marker_slots, 1u);
 }
 
+// Invariant 10: a reconciliation repeats the removal of a key whose
+// publication may already have run, and the repeat must not take another
+// key's cover. K is non-resident (its marker); K2 has K's fingerprint, and is
+// resident or non-resident (a marker of its own). K2 is removed (the
+// publication), then removed again as the reconciliation after a writer
+// killed before clearing its intent does: K must still read as "ask the
+// server", never NotFound.
+TEST(IndexInterleavingTest, ARepeatedRemovalNeverTakesAnotherKeysCover) {
+  for (const bool k2_resident : {true, false}) {
+    SCOPED_TRACE(k2_resident ? "K2 resident" : "K2 non-resident");
+    OneChain c(64);
+    const Geometry& g = c.g();
+    const std::string k = "the-key";
+    const uint16_t fp = HashKey(g, k).fingerprint;
+    const std::string k2 = KeysWithFingerprint(g, "collider-", fp, true, 1)[0];
+    const std::vector<std::string> fillers = KeysWithFingerprint(g, "filler-", fp, false, 7);
+    IndexWriter& ix = c.index();
+    for (const std::string& f : fillers)
+      ASSERT_EQ(ix.Upsert(f, "f", 1, false, false), IndexWriter::Placement::kResident);
+    c.Hold();
+    ASSERT_EQ(ix.Upsert(k, "v", 2, false, false), IndexWriter::Placement::kNotResident);
+    if (!k2_resident) {
+      ASSERT_EQ(ix.Upsert(k2, "w", 3, false, false), IndexWriter::Placement::kNotResident);
+    }
+    c.Release();
+    if (k2_resident) {
+      ASSERT_EQ(ix.Upsert(k2, "w", 3, false, false), IndexWriter::Placement::kResident);
+    }
+    ASSERT_EQ(c.Get(k).outcome, Outcome::kSlowPath);
+
+    ix.Remove(k2, /*existed=*/true);  // the publication
+    ASSERT_EQ(c.Get(k).outcome, Outcome::kSlowPath);
+    ix.RemoveIfResident(k2);  // the reconciliation's repeat
+    EXPECT_EQ(c.Get(k).outcome, Outcome::kSlowPath)
+        << "a key that exists read as " << OutcomeName(c.Get(k).outcome);
+  }
+}
+
 // Invariant 8: an empty overflow bucket is unlinked and freed; a reader that
 // read the link to it before retries instead of trusting what it finds there
 // (the bucket with its tag cleared, or the memory reused by another bucket).
