@@ -10,7 +10,6 @@ namespace kvnode::storage {
 namespace {
 
 constexpr uint64_t kMetaBitmapMask = (uint64_t{1} << 28) - 1;
-constexpr int kRefShift = 32;
 // Bounds on the work one write may do to make room.
 constexpr int kMaxPressureSteps = 1024;
 constexpr uint64_t kMaxClockChains = 8192;
@@ -93,7 +92,7 @@ absl::Status IndexWriter::CheckRoomForNewKey(std::string_view key) const {
 
 void IndexWriter::SetRef(uint64_t slot_offset, bool on) const {
   const uint64_t b = BucketOf(slot_offset);
-  const uint64_t bit = uint64_t{1} << (kRefShift + (slot_offset - b) / 8 - kBucketHeaderWords);
+  const uint64_t bit = uint64_t{1} << (kMetaRefShift + (slot_offset - b) / 8 - kBucketHeaderWords);
   std::atomic_ref<uint64_t> meta = Word(b + 8);
   if (on) {
     if ((meta.load(std::memory_order_relaxed) & bit) == 0)
@@ -103,7 +102,7 @@ void IndexWriter::SetRef(uint64_t slot_offset, bool on) const {
   }
 }
 
-void IndexWriter::Touch(uint64_t slot_offset) const { SetRef(slot_offset, true); }
+void IndexWriter::Touch(uint64_t slot_offset) { SetRef(slot_offset, true); }
 
 void IndexWriter::ReleaseLimbo(const LimboEntry& e) {
   if (e.bucket_offset == 0) {
@@ -225,7 +224,7 @@ bool IndexWriter::EvictOne(uint64_t protect) {
         const Slot s = Slot::Parse(Word(so).load(std::memory_order_relaxed));
         if (s.type != SlotType::kResident) continue;
         if (s.offset >= b && s.offset < b + g_.bucket_size) continue;  // inline: frees no heap
-        if (meta & (uint64_t{1} << (kRefShift + i))) {
+        if (meta & (uint64_t{1} << (kMetaRefShift + i))) {
           SetRef(so, false);
           continue;
         }

@@ -154,8 +154,11 @@ class IndexWriter {
   // The removal of a reconciliation (invariant 10): clears the key's resident
   // slot if it has one, never a marker. Idempotent.
   void RemoveIfResident(std::string_view key);
-  // CLOCK: marks a resident key as recently used (any thread, racy by design).
-  void Touch(uint64_t slot_offset) const;
+  // CLOCK: marks a resident key as recently used. A write to the arena like
+  // any other here: only the writer process may make it (the Store holds an
+  // IndexWriter only while it is the writer), from any of its threads (an
+  // atomic OR, racy with the writer thread by design).
+  void Touch(uint64_t slot_offset);
 
   // Frees retired allocations whose grace has passed.
   void ReclaimExpired();

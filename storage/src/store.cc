@@ -231,8 +231,8 @@ absl::Status Store::Rebuild() {
   absl::StatusOr<std::unique_ptr<Arena>> arena = Arena::Create(ao);
   if (!arena.ok()) return arena.status();
   arena_ = std::move(*arena);
-  index_ = std::make_unique<IndexWriter>(arena_.get(), options_.reuse_grace_us * 1000,
-                                         options_.max_chain_buckets);
+  StartWriting();
+  absl::MutexLock a(&arena_mu_);  // uncontended: the store is not handed out yet
   rocksdb::ReadOptions ro;
   ro.fill_cache = false;  // one sequential pass
   ro.readahead_size = 2 << 20;
@@ -246,9 +246,9 @@ absl::Status Store::Rebuild() {
       return absl::DataLossError(absl::StrCat("database ", options_.db_path, ": record ", n,
                                               " has a malformed key or value"));
     }
-    index_->Upsert(std::string_view(k.data(), k.size()),
-                   std::string_view(v.data() + kVersionPrefix, v.size() - kVersionPrefix),
-                   LoadU64(v.data()), /*existed=*/false, /*allow_evict=*/false);
+    writer_->Upsert(std::string_view(k.data(), k.size()),
+                    std::string_view(v.data() + kVersionPrefix, v.size() - kVersionPrefix),
+                    LoadU64(v.data()), /*existed=*/false, /*allow_evict=*/false);
     ++n;
   }
   if (!it->status().ok()) return FromRocks(it->status(), "rebuild: iterate database");
@@ -327,8 +327,7 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const StoreOptions& options) 
       why = absl::StrCat("its generation ", gen, " is not the database's ", db_gen);
     } else {
       st.arena_ = std::move(*arena);
-      st.index_ = std::make_unique<IndexWriter>(st.arena_.get(), options.reuse_grace_us * 1000,
-                                                options.max_chain_buckets);
+      st.StartWriting();
       st.opened_as_ = OpenedAs::kReattached;
     }
   } else if (arena.status().code() == absl::StatusCode::kNotFound) {
@@ -377,9 +376,7 @@ absl::StatusOr<std::unique_ptr<Store>> Store::AttachLive(const StoreOptions& opt
   absl::StatusOr<std::unique_ptr<Arena>> arena = Arena::Attach(options.arena_options());
   if (!arena.ok()) return arena.status();
   std::unique_ptr<Store> store(new Store(options));
-  store->arena_ = std::move(*arena);
-  store->index_ = std::make_unique<IndexWriter>(store->arena_.get(), options.reuse_grace_us * 1000,
-                                                options.max_chain_buckets);
+  store->arena_ = std::move(*arena);  // not the writer: no writer_ (see there)
   store->opened_as_ = OpenedAs::kAttachedLive;
   return store;
 }
@@ -544,6 +541,7 @@ absl::Status Store::BecomeJournalWriter(uint64_t last_version) {
   }
   journal_ = std::move(prepared_journal_);
   last_version_ = last_version;
+  StartWriting();
   LOG(INFO) << "store " << options_.db_path << ": writer by journal " << journal_->path()
             << " from version " << last_version;
   return absl::OkStatus();
@@ -558,6 +556,9 @@ absl::Status Store::ReleaseDbForHandoff() {
   absl::MutexLock w(&write_mu_);
   absl::MutexLock d(&db_mu_);
   if (db_ == nullptr) return absl::FailedPreconditionError("database not open");
+  // The new process becomes the writer once this returns: from here on a Get
+  // here must not mark its key (writer_).
+  StopWriting();
   absl::MutexLock r(&released_mu_);
   released_db_ = std::exchange(db_, nullptr);
   released_cfs_ = std::move(cfs_);
@@ -636,12 +637,30 @@ absl::Status Store::ReopenDbAfterFailedHandoff() {
 
 absl::Status Store::BecomeWriter() {
   absl::Status s = CheckHeap();
+  if (s.ok()) StartWriting();
   // A new generation, and the version counter as the database has it.
   if (s.ok()) s = Claim();
   // The previous writer may have died between RocksDB and the arena.
   if (s.ok()) s = ReconcileIntent();
-  if (!s.ok()) CloseRocksDb();
+  if (!s.ok()) {
+    CloseRocksDb();
+    // With neither RocksDB nor a journal this process cannot write.
+    if (journal_ == nullptr) StopWriting();
+  }
   return s;
+}
+
+void Store::StartWriting() {
+  absl::MutexLock a(&arena_mu_);
+  if (writer_ == nullptr) {
+    writer_ = std::make_unique<IndexWriter>(arena_.get(), options_.reuse_grace_us * 1000,
+                                            options_.max_chain_buckets);
+  }
+}
+
+void Store::StopWriting() {
+  absl::MutexLock a(&arena_mu_);
+  writer_.reset();
 }
 
 absl::Status Store::CheckHeap() const {
@@ -658,6 +677,7 @@ absl::Status Store::Close() {
   absl::MutexLock d(&db_mu_);
   if (closed_) return absl::OkStatus();
   closed_ = true;
+  StopWriting();
   if (db_ == nullptr) return absl::OkStatus();  // attached only, or handed off: not ours to mark
   rocksdb::FlushOptions fo;
   fo.wait = true;
@@ -743,7 +763,8 @@ absl::StatusOr<Store::GetResult> Store::Get(std::string_view key) {
         out.value.assign(r.value.data(), r.value.size());
         out.version = r.version;
         out.from_arena = true;
-        index_->Touch(r.slot);
+        // CLOCK's mark is a write: only the writer makes it (writer_).
+        if (writer_ != nullptr) writer_->Touch(r.slot);
         gets_arena_.fetch_add(1, std::memory_order_relaxed);
         return out;
       }
@@ -784,17 +805,21 @@ void Store::Promote(std::string_view key) {
   {
     absl::ReaderMutexLock d(&db_mu_);
     if (db_ != nullptr && !closed_) {
-      const IndexWriter::Probe p = index_->Find(key);
+      bool wanted = false;  // not resident, and this process writes the arena
+      {
+        absl::ReaderMutexLock a(&arena_mu_);
+        wanted = writer_ != nullptr && writer_->Find(key).resident_slot == 0;
+      }
       GetResult cur;
-      absl::StatusOr<bool> has = p.resident_slot == 0 ? ReadFromDb(key, &cur) : false;
+      absl::StatusOr<bool> has = wanted ? ReadFromDb(key, &cur) : false;
       // The intent covers a promotion cut short too (its publication may be
       // half done when the process dies).
       const IntentKey k{key, /*existed=*/true};
       if (has.ok() && *has && BeginIntent({&k, 1}).ok()) {
         {
           absl::MutexLock a(&arena_mu_);
-          if (index_->Upsert(key, cur.value, cur.version, /*existed=*/true,
-                             /*allow_evict=*/true) == IndexWriter::Placement::kResident) {
+          if (writer_->Upsert(key, cur.value, cur.version, /*existed=*/true,
+                              /*allow_evict=*/true) == IndexWriter::Placement::kResident) {
             promotions_.fetch_add(1, std::memory_order_relaxed);
           }
         }

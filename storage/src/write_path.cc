@@ -116,16 +116,17 @@ absl::Status Store::Republish(std::string_view key, bool existed) {
   absl::StatusOr<bool> has = ReadFromDb(key, &cur);
   if (!has.ok()) return has.status();
   absl::MutexLock a(&arena_mu_);
+  if (writer_ == nullptr) return absl::FailedPreconditionError("not the arena's writer");
   if (*has) {
     // A publication cut short may already have made the key resident (and
     // counted it).
-    existed = existed || index_->Find(key).resident_slot != 0;
-    index_->Upsert(key, cur.value, cur.version, existed, /*allow_evict=*/true);
+    existed = existed || writer_->Find(key).resident_slot != 0;
+    writer_->Upsert(key, cur.value, cur.version, existed, /*allow_evict=*/true);
   } else {
     // Not Remove(key, existed): the publication may already have cleared the
     // key's marker, and a second marker with its fingerprint is another
     // key's cover.
-    index_->RemoveIfResident(key);
+    writer_->RemoveIfResident(key);
   }
   return absl::OkStatus();
 }
@@ -137,7 +138,15 @@ absl::StatusOr<bool> Store::ExistsForWrite(std::string_view key, uint64_t* home_
   if (db_ == nullptr && journal_ == nullptr) {
     return absl::FailedPreconditionError("not the writer: database not open in this process");
   }
-  const IndexWriter::Probe p = index_->Find(key);
+  IndexWriter::Probe p;
+  {
+    absl::ReaderMutexLock a(&arena_mu_);
+    if (writer_ == nullptr) {
+      return absl::FailedPreconditionError(
+          "not the writer: this process no longer writes the arena");
+    }
+    p = writer_->Find(key);
+  }
   *home_bucket = p.home_bucket;
   if (p.resident_slot != 0) return true;
   if (!p.maybe_nonresident()) return false;
@@ -279,7 +288,11 @@ void Store::WriteLocked(std::span<const WriteOp> ops, std::span<WriteResult> res
         return FailFrom(i, results[g.members[0]].status);
       }
       // Refused before anything is written (index.h invariant 7).
-      if (r.status = index_->CheckRoomForNewKey(op.key); !r.status.ok()) continue;
+      {
+        absl::ReaderMutexLock a(&arena_mu_);
+        r.status = writer_->CheckRoomForNewKey(op.key);
+      }
+      if (!r.status.ok()) continue;
       g.new_homes.push_back(home);
     }
     if (op.kind == WriteOp::Kind::kPut) {
@@ -333,10 +346,10 @@ bool Store::CommitGroup(Group& g, std::span<WriteResult> results) {
       const WriteOp& op = g.ops[g.members[n]];
       const WriteResult& r = results[g.members[n]];
       if (op.kind == WriteOp::Kind::kPut) {
-        index_->Upsert(op.key, op.value, r.version, r.existed, /*allow_evict=*/true);
+        writer_->Upsert(op.key, op.value, r.version, r.existed, /*allow_evict=*/true);
         puts_.fetch_add(1, std::memory_order_relaxed);
       } else {
-        index_->Remove(op.key, r.existed);
+        writer_->Remove(op.key, r.existed);
         deletes_.fetch_add(1, std::memory_order_relaxed);
       }
       if (n == 0 && g.members.size() > 1) CrashPoint("write.inside_publish");

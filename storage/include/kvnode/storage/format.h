@@ -112,6 +112,8 @@ inline constexpr int kBucketTagBits = 24;
 inline constexpr uint32_t kBucketTagMask = (uint32_t{1} << kBucketTagBits) - 1;
 inline constexpr int kLinkTagShift = 36;
 inline constexpr int kMetaTagShift = 40;
+inline constexpr int kMetaRefShift = 32;
+inline constexpr uint64_t kMetaRefMask = ((uint64_t{1} << kSlotsPerBucket) - 1) << kMetaRefShift;
 inline uint64_t LinkNext(uint64_t link) { return (link & kOffsetMask36) * 8; }
 inline uint32_t LinkTag(uint64_t link) {
   return static_cast<uint32_t>(link >> kLinkTagShift) & kBucketTagMask;

@@ -24,7 +24,8 @@
 //   O: ReleaseDbForHandoff() stops writes and every use of RocksDB here; the
 //                            database stays open (its LOCK held) until
 //                            CloseReleasedDb(); the arena stays mapped, readable
-//                            and NOT marked clean or lost
+//                            and NOT marked clean or lost, and O writes no byte
+//                            of it any more (its Gets mark no key for CLOCK)
 //   N: BecomeJournalWriter() the writer switch: N is the arena's only writer and
 //                            makes each write durable in the journal
 //   O: CloseReleasedDb()     flushes the memtable, closes RocksDB
@@ -319,6 +320,10 @@ class Store {
       ABSL_LOCKS_EXCLUDED(write_mu_, db_mu_);
   void WriteLocked(std::span<const WriteOp> ops, std::span<WriteResult> results)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
+  // Makes this process the arena's writer (creates writer_ if absent), and
+  // ends that (drops it; any Get's CLOCK mark in flight ends first).
+  void StartWriting() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_) ABSL_LOCKS_EXCLUDED(arena_mu_);
+  void StopWriting() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_) ABSL_LOCKS_EXCLUDED(arena_mu_);
   // Makes one write's mutations durable: RocksDB, or the journal during the
   // writer switch.
   absl::Status Commit(WriteSet& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_)
@@ -346,7 +351,8 @@ class Store {
   absl::Status BeginIntent(std::span<const IntentKey> keys) ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_)
       ABSL_SHARED_LOCKS_REQUIRED(db_mu_);
   // Reads `key` from RocksDB and shows that in the arena (ReconcileIntent).
-  absl::Status Republish(std::string_view key, bool existed) ABSL_SHARED_LOCKS_REQUIRED(db_mu_);
+  absl::Status Republish(std::string_view key, bool existed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_) ABSL_SHARED_LOCKS_REQUIRED(db_mu_);
   void EndIntent() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
   absl::Status ReconcileIntent() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_)
       ABSL_SHARED_LOCKS_REQUIRED(db_mu_);
@@ -364,11 +370,18 @@ class Store {
 
   const StoreOptions options_;
   // Lock order: write_mu_, then db_mu_, then released_mu_ or arena_mu_.
-  absl::Mutex write_mu_;                // the single writer
-  mutable absl::Mutex db_mu_;           // db_ lifetime (shared: use, exclusive: open/close)
-  mutable absl::Mutex arena_mu_;        // index words (shared: Get, exclusive: publish)
-  std::unique_ptr<Arena> arena_;        // set once in Open/AttachLive, then immutable
-  std::unique_ptr<IndexWriter> index_;  // ditto
+  absl::Mutex write_mu_;          // the single writer
+  mutable absl::Mutex db_mu_;     // db_ lifetime (shared: use, exclusive: open/close)
+  mutable absl::Mutex arena_mu_;  // index words (shared: Get, exclusive: publish)
+  std::unique_ptr<Arena> arena_;  // set once in Open/AttachLive, then immutable
+  // The arena's index writer: present exactly while this process is the
+  // arena's one writer (docs/format.md), from Open, BecomeJournalWriter, or
+  // the claim of OpenDb or ReopenDbAfterFailedHandoff, until
+  // ReleaseDbForHandoff, Close, or a takeover that failed without a journal.
+  // Without it this process has nothing that writes the arena: Get reads it
+  // through read_path.h and marks no key for CLOCK. Set and reset only with
+  // write_mu_ held as well, so a write holding write_mu_ sees it stay.
+  std::unique_ptr<IndexWriter> writer_ ABSL_GUARDED_BY(arena_mu_);
   rocksdb::DB* db_ ABSL_GUARDED_BY(db_mu_) = nullptr;
   std::vector<rocksdb::ColumnFamilyHandle*> cfs_ ABSL_GUARDED_BY(db_mu_);  // data, meta
   // The database ReleaseDbForHandoff kept open for CloseReleasedDb or a
