@@ -19,8 +19,10 @@
 #include <map>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "child_process.h"
 #include "db_layout.h"
@@ -34,6 +36,13 @@ using testing::TempStore;
 
 std::string Key(int i) { return "key-" + std::to_string(i); }
 std::string Value(int i, const char* tag) { return std::string(tag) + "-" + std::to_string(i); }
+
+// A side record whose value is the write's outcome: "<version> existed|new".
+SideRecord OutcomeRecord(const std::string& key) {
+  return SideRecord{key, [](const WriteOutcome& o) {
+                      return absl::StrCat(o.version, o.existed ? " existed" : " new");
+                    }};
+}
 
 std::vector<JournalOp> OneWrite(int i) {
   return {JournalOp{JournalOp::Kind::kPut, 0, Key(i), Value(i, "v")},
@@ -282,11 +291,14 @@ TEST(WriterSwitchTest, JournaledWritesAreServedAndReplayed) {
   EXPECT_TRUE(absl::IsFailedPrecondition((*o)->Put("x", "y").status()));
   const uint64_t last = (*o)->last_version();
   ASSERT_TRUE((*n)->BecomeJournalWriter(last).ok());
-  // RocksDB is still open in O (released): N writes through the journal.
-  auto v = (*n)->Put(Key(1), Value(1, "new"));
+  // RocksDB is still open in O (released): N writes through the journal,
+  // side records (the server's dedupe state) with its writes.
+  const SideRecord put_side = OutcomeRecord("client-1");
+  const SideRecord delete_side = OutcomeRecord("client-2");
+  auto v = (*n)->Put(Key(1), Value(1, "new"), &put_side);
   ASSERT_TRUE(v.ok()) << v.status();
   EXPECT_EQ(*v, last + 1);
-  ASSERT_TRUE((*n)->Delete(Key(2)).ok());
+  ASSERT_TRUE((*n)->Delete(Key(2), &delete_side).ok());
   ASSERT_TRUE((*n)->Put("fresh", "f").ok());
   EXPECT_EQ((*n)->Get(Key(1))->value, Value(1, "new"));
   EXPECT_EQ((*o)->Get(Key(1))->value, Value(1, "new"));  // the arena is shared
@@ -310,13 +322,20 @@ TEST(WriterSwitchTest, JournaledWritesAreServedAndReplayed) {
   ASSERT_TRUE((*n)->Close().ok());
   n->reset();
 
-  auto cold = Store::Open(t.options);
+  // What the replay put into RocksDB (the arena N wrote would show the
+  // journaled writes whether or not they reached it).
+  auto cold = testing::OpenFromRocksDbAlone(t.options);
   ASSERT_TRUE(cold.ok()) << cold.status();
   EXPECT_EQ((*cold)->Get(Key(1))->value, Value(1, "new"));
-  EXPECT_TRUE(absl::IsNotFound((*cold)->Get(Key(2)).status()));
+  EXPECT_TRUE(absl::IsNotFound((*cold)->Get(Key(2)).status())) << "a journaled delete was lost";
   EXPECT_EQ((*cold)->Get("fresh")->value, "f");
   EXPECT_EQ((*cold)->Get(Key(4))->value, Value(4, "old"));
   EXPECT_EQ((*cold)->Get(Key(1))->version, last + 1);
+  auto sides = (*cold)->ReadSideRecords("client-");
+  ASSERT_TRUE(sides.ok()) << sides.status();
+  const std::vector<std::pair<std::string, std::string>> want = {
+      {"client-1", absl::StrCat(last + 1, " existed")}, {"client-2", "0 existed"}};
+  EXPECT_EQ(*sides, want) << "journaled side records are not in RocksDB";
 }
 
 // A group commit during the writer switch is one journal record, never
@@ -348,10 +367,18 @@ TEST(WriterSwitchTest, AJournaledGroupFitsInARecord) {
   EXPECT_EQ(n->stats().replayed, 3u);
   ASSERT_TRUE(n->Close().ok());
   n.reset();
-  auto cold = Store::Open(t.options);
+  auto cold = testing::OpenFromRocksDbAlone(t.options);
   ASSERT_TRUE(cold.ok()) << cold.status();
   for (int i = 0; i < 20; ++i) EXPECT_EQ((*cold)->Get(Key(i))->value, values[i]) << i;
   EXPECT_EQ((*cold)->last_version(), last + 20);
+  // Each op's side record, with the version its write got.
+  auto read = (*cold)->ReadSideRecords("client-");
+  ASSERT_TRUE(read.ok()) << read.status();
+  std::map<std::string, std::string> got(read->begin(), read->end());
+  ASSERT_EQ(got.size(), 20u) << "journaled side records are not in RocksDB";
+  for (int i = 0; i < 20; ++i) {
+    EXPECT_EQ(got["client-" + std::to_string(i)], std::to_string(results[i].version)) << i;
+  }
 }
 
 // RocksDB's open runs while writes go on into the journal: none waits for
@@ -433,7 +460,7 @@ void ReplayWithWritesBetweenPasses(const std::vector<int>& writes_per_pass,
   EXPECT_EQ(*next, last + written + 1);
   ASSERT_TRUE(store->Close().ok());
   n->reset();
-  auto cold = Store::Open(t.options);
+  auto cold = testing::OpenFromRocksDbAlone(t.options);
   ASSERT_TRUE(cold.ok()) << cold.status();
   for (int i = written - 100; i < written; ++i) {
     auto v = (*cold)->Get(Key(i % 100));
@@ -611,6 +638,7 @@ TEST(JournalChild, JournalUntilKilled) {
     ASSERT_TRUE(v.ok()) << v.status();
     out << i << " " << *v << std::endl;
   }
+  ASSERT_TRUE((*n)->Delete(Key(299)).ok());  // acknowledged with "done"
   out << "done" << std::endl;
   if (const char* at = testing::Env("KVNODE_JC_CRASH_AT"); at != nullptr) {
     // Dies at that point of OpenDb's replay, as a SIGKILL would leave it.
@@ -625,7 +653,7 @@ TEST(JournalChild, JournalUntilKilled) {
   for (;;) pause();
 }
 
-// The new side journals 200 acknowledged writes, then dies: SIGKILLed before
+// The new side journals 200 acknowledged writes and a delete, then dies: SIGKILLed before
 // it opened RocksDB (crash_at empty), or killed at a point of OpenDb's replay.
 // Then a cold start: every acknowledged write is there, with the version it
 // was acknowledged with, and no version is handed out twice.
@@ -680,6 +708,7 @@ void JournalThenDie(const std::string& crash_at) {
   }
   EXPECT_EQ(n, 200);
   EXPECT_EQ((*cold)->Get(Key(250))->value, Value(250, "old"));
+  EXPECT_TRUE(absl::IsNotFound((*cold)->Get(Key(299)).status())) << "a journaled delete was lost";
   auto v = (*cold)->Put("next", "n");
   ASSERT_TRUE(v.ok());
   EXPECT_EQ(*v, last + 201);
