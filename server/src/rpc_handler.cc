@@ -191,12 +191,15 @@ RpcResult AnswerWrite(const WriteRequest& write, const WriteReply& reply, const 
   if (st == RpcStatus::kInternal) Count(ctx, ErrorKind::kStorage);
   if (st == RpcStatus::kBusy) Count(ctx, Counter::kRpcBusy);
   const uint64_t sequence = write.tag.sequence;
-  // Invariant 1 of dedupe.h: only definitive answers are remembered.
+  // Invariant 1 of dedupe.h: only definitive answers are remembered; the
+  // others are held (invariant 4): the client retries them.
   if (st == RpcStatus::kOk || st == RpcStatus::kNotFound || st == RpcStatus::kRejected) {
     ctx.window->Record(DedupeEntry{sequence, static_cast<uint8_t>(write.opcode),
                                    static_cast<uint8_t>(st), version});
   }
   return Answer(write.opcode, st, sequence, version, reason, response);
+  } else {
+    ctx.window->Hold(sequence);
 }
 
 RpcResult HandleRpc(std::span<const uint8_t> request, const RpcContext& ctx,
@@ -266,6 +269,7 @@ RpcResult HandleRpc(std::span<const uint8_t> request, const RpcContext& ctx,
       if (ctx.writes_paused) {
         Count(ctx, Counter::kRpcBusy);
         return Answer(r.opcode, RpcStatus::kBusy, r.sequence, 0, "writes paused", response);
+        ctx.window->Hold(r.sequence);  // invariant 4 of dedupe.h: it will be retried
       }
       // The backend persists the client's record with the write (the entry
       // AnswerWrite records, atomically with the data): a retry after a
