@@ -162,6 +162,8 @@ absl::StatusOr<std::vector<ClientRecordExport>> StoreBackend::LoadClientRecords(
     }
     out.push_back(ClientRecordExport{recs[i].client_id, std::move(recs[i].window), recs[i].secret});
   }
+  // Oldest written first: ClientRecords::Import keeps that order for eviction.
+  std::reverse(out.begin(), out.end());
   return out;
 }
 
@@ -196,10 +198,10 @@ RpcResult AnswerWrite(const WriteRequest& write, const WriteReply& reply, const 
   if (st == RpcStatus::kOk || st == RpcStatus::kNotFound || st == RpcStatus::kRejected) {
     ctx.window->Record(DedupeEntry{sequence, static_cast<uint8_t>(write.opcode),
                                    static_cast<uint8_t>(st), version});
-  }
-  return Answer(write.opcode, st, sequence, version, reason, response);
   } else {
     ctx.window->Hold(sequence);
+  }
+  return Answer(write.opcode, st, sequence, version, reason, response);
 }
 
 RpcResult HandleRpc(std::span<const uint8_t> request, const RpcContext& ctx,
@@ -267,9 +269,9 @@ RpcResult HandleRpc(std::span<const uint8_t> request, const RpcContext& ctx,
             response);
       }
       if (ctx.writes_paused) {
+        ctx.window->Hold(r.sequence);  // invariant 4 of dedupe.h: it will be retried
         Count(ctx, Counter::kRpcBusy);
         return Answer(r.opcode, RpcStatus::kBusy, r.sequence, 0, "writes paused", response);
-        ctx.window->Hold(r.sequence);  // invariant 4 of dedupe.h: it will be retried
       }
       // The backend persists the client's record with the write (the entry
       // AnswerWrite records, atomically with the data): a retry after a
