@@ -316,6 +316,24 @@ void NewSideTail::Stop() {
   if (watchdog_.joinable()) watchdog_.join();
 }
 
+void NewSideTail::LeaveForShutdown() {
+  // RocksDB open here: O released it and finishes on its own.
+  if (db_open_.HasBeenNotified()) return;
+  if (!old_->HasExited()) {
+    // O may hang in its close, and its lock would keep RocksDB from the next
+    // start; its clients are moving here anyway.
+    LOG(WARNING) << "upgrade: shutting down before the old process " << old_->pid()
+                 << " released RocksDB: killing it";
+    (void)old_->Signal(SIGKILL);
+    metrics_->Add(UpgradeMetrics::kOldKilled);
+    if (absl::Status s = old_->WaitExit(absl::Now() + kill_deadline); !s.ok()) {
+      LOG(ERROR) << "upgrade: the old process " << old_->pid() << " is still alive: " << s;
+    }
+  }
+  LOG(WARNING) << "upgrade: shutting down before RocksDB was open here: the write journal "
+               << "stays for the next start";
+}
+
 bool NewSideTail::stopping() {
   absl::MutexLock l(&mu_);
   return stopping_;
@@ -383,24 +401,15 @@ void NewSideTail::Wait() {
                    << HandoffTypeName(static_cast<uint16_t>(TypeOf(m->message)))
                    << " from the old process";
     }
-    if (stopping() && !old_->HasExited()) {
-      // The node stops: O would hold RocksDB's lock against the next start
-      // (it may hang in its close), and its clients are moving here anyway.
-      LOG(WARNING) << "upgrade: shutting down before the old process " << old_->pid()
-                   << " released RocksDB: killing it";
-      (void)old_->Signal(SIGKILL);
-      metrics_->Add(UpgradeMetrics::kOldKilled);
-    }
-    if (absl::Status s = old_->WaitExit(absl::Now() + kill_deadline); !s.ok()) {
-      LOG(ERROR) << "upgrade: the old process " << old_->pid() << " is still alive: " << s;
-    } else {
-      LOG(INFO) << "upgrade: the old process " << old_->pid() << " has exited";
-    }
-    // Its exit released RocksDB's lock if it never said Released.
     if (stopping()) {
-      LOG(WARNING) << "upgrade: shutting down before RocksDB was open here: the write journal "
-                   << "stays for the next start";
+      LeaveForShutdown();
     } else {
+      if (absl::Status s = old_->WaitExit(absl::Now() + kill_deadline); !s.ok()) {
+        LOG(ERROR) << "upgrade: the old process " << old_->pid() << " is still alive: " << s;
+      } else {
+        LOG(INFO) << "upgrade: the old process " << old_->pid() << " has exited";
+      }
+      // Its exit released RocksDB's lock if it never said Released.
       OpenDb();
     }
   }

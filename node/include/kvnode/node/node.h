@@ -247,7 +247,8 @@ class NewSideTail {
   // thread would open. A wait for O's Released is given up: O, if still
   // alive, is killed (it would keep RocksDB's lock from the next start) and
   // RocksDB is not opened here; the write journal stays, and the next start
-  // replays it. An open already under way is waited for.
+  // replays it. An open already under way is waited for; once RocksDB is
+  // open here, O (which released it) is left to finish alone.
   void Stop();
 
  private:
@@ -259,6 +260,9 @@ class NewSideTail {
   // Opens RocksDB and replays the write journal (Server::OpenDbAfterSwitch),
   // once; exits the process when it cannot (a restart replays the journal).
   void OpenDb();
+  // Wait()'s end once Stop() was called: kills an O that has not released
+  // RocksDB (and waits for its exit); leaves the journal to the next start.
+  void LeaveForShutdown();
   bool stopping();
 
   server::Server* server_ = nullptr;
