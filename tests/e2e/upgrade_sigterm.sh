@@ -15,10 +15,8 @@ source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/upgrade_lib.sh"
 kv_require_device
 
-UP_FIRST_PID=""
 kv_start_node "${UP_NODE_FLAGS[@]}" --upgrade_fault=o_close_db:hang \
   --upgrade_old_exit_deadline_ms=60000
-UP_FIRST_PID=$KV_PID
 o_pid=$KV_PID
 acks="$KV_DIR/acks.log"
 report="$KV_DIR/report.json"
