@@ -2,6 +2,7 @@
 #include <glog/logging.h>
 #include <malloc.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <map>
@@ -297,6 +298,45 @@ void NewSideTail::Start(std::atomic<bool>* busy) {
     });
   }
   thread_ = std::thread([this] { Wait(); });
+  server_->SetBeforeShutdown([this] { Stop(); });
+}
+
+void NewSideTail::Stop() {
+  {
+    absl::MutexLock l(&mu_);
+    if (stopping_) return;
+    stopping_ = true;
+    // Wakes a wait for Released or Gone at once (EOF); the thread then stops.
+    if (channel_.has_value()) ::shutdown(channel_->fd(), SHUT_RDWR);
+  }
+  if (thread_.joinable()) thread_.join();
+  // The process exits next; the journal waits for the next start, which
+  // replays it. The watchdog has nothing left to guard.
+  if (!db_open_.HasBeenNotified()) db_open_.Notify();
+  if (watchdog_.joinable()) watchdog_.join();
+}
+
+void NewSideTail::LeaveForShutdown() {
+  // RocksDB open here: O released it and finishes on its own.
+  if (db_open_.HasBeenNotified()) return;
+  if (!old_->HasExited()) {
+    // O may hang in its close, and its lock would keep RocksDB from the next
+    // start; its clients are moving here anyway.
+    LOG(WARNING) << "upgrade: shutting down before the old process " << old_->pid()
+                 << " released RocksDB: killing it";
+    (void)old_->Signal(SIGKILL);
+    metrics_->Add(UpgradeMetrics::kOldKilled);
+    if (absl::Status s = old_->WaitExit(absl::Now() + kill_deadline); !s.ok()) {
+      LOG(ERROR) << "upgrade: the old process " << old_->pid() << " is still alive: " << s;
+    }
+  }
+  LOG(WARNING) << "upgrade: shutting down before RocksDB was open here: the write journal "
+               << "stays for the next start";
+}
+
+bool NewSideTail::stopping() {
+  absl::MutexLock l(&mu_);
+  return stopping_;
 }
 
 void NewSideTail::OpenDb() {
@@ -335,12 +375,13 @@ void NewSideTail::Wait() {
                      << absl::FormatDuration(old_exit_deadline) << " of Owned: killing it";
           (void)old_->Signal(SIGKILL);
           metrics_->Add(UpgradeMetrics::kOldKilled);
-        } else if (!gone) {
+        } else if (!gone && !stopping()) {
           LOG(WARNING) << "upgrade: the old process " << old_->pid()
                        << " went away without Gone: " << m.status();
         }
         break;
       }
+      if (stopping()) break;
       if (const Released* r = std::get_if<Released>(&m->message)) {
         LOG(INFO) << "upgrade: the old process released RocksDB (generation " << r->generation
                   << ")";
@@ -360,15 +401,22 @@ void NewSideTail::Wait() {
                    << HandoffTypeName(static_cast<uint16_t>(TypeOf(m->message)))
                    << " from the old process";
     }
-    if (absl::Status s = old_->WaitExit(absl::Now() + kill_deadline); !s.ok()) {
-      LOG(ERROR) << "upgrade: the old process " << old_->pid() << " is still alive: " << s;
+    if (stopping()) {
+      LeaveForShutdown();
     } else {
-      LOG(INFO) << "upgrade: the old process " << old_->pid() << " has exited";
+      if (absl::Status s = old_->WaitExit(absl::Now() + kill_deadline); !s.ok()) {
+        LOG(ERROR) << "upgrade: the old process " << old_->pid() << " is still alive: " << s;
+      } else {
+        LOG(INFO) << "upgrade: the old process " << old_->pid() << " has exited";
+      }
+      // Its exit released RocksDB's lock if it never said Released.
+      OpenDb();
     }
-    // Its exit released RocksDB's lock if it never said Released.
-    OpenDb();
   }
-  channel_.reset();
+  {
+    absl::MutexLock l(&mu_);
+    channel_.reset();
+  }
   (void)RemoveHandoffHeader(header_name_);
   server_->SetUpgradeInProgress(false);
   if (busy_ != nullptr) busy_->store(false);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -59,6 +60,10 @@ DedupeEntry* DedupeWindow::FindEntry(uint64_t sequence) {
 }
 
 void DedupeWindow::Record(const DedupeEntry& e) {
+  if (!held_.empty()) {
+    auto h = std::lower_bound(held_.begin(), held_.end(), e.sequence);
+    if (h != held_.end() && *h == e.sequence) held_.erase(h);
+  }
   if (DedupeEntry* same = FindEntry(e.sequence); same != nullptr) {
     *same = e;  // same sequence answered again: keep its place
     return;
@@ -86,11 +91,34 @@ void DedupeWindow::Record(const DedupeEntry& e) {
   }
 }
 
+void DedupeWindow::Hold(uint64_t sequence) {
+  auto at = std::lower_bound(held_.begin(), held_.end(), sequence);
+  if (at != held_.end() && *at == sequence) return;
+  if (held_.size() >= kMaxHeld) {
+    // Only the lowest held sequence caps the floor: keep the lowest ones.
+    if (sequence > held_.back()) return;
+    held_.pop_back();
+    at = std::lower_bound(held_.begin(), held_.end(), sequence);
+  }
+  held_.insert(at, sequence);
+}
+
+uint64_t DedupeWindow::LowestHeld(uint64_t except, std::span<const DedupeEntry> recording) const {
+  for (uint64_t h : held_) {
+    if (h == except) continue;
+    if (std::any_of(recording.begin(), recording.end(),
+                    [h](const DedupeEntry& e) { return e.sequence == h; })) {
+      continue;
+    }
+    return h;
+  }
+  return 0;
+}
+
 DedupeWindow::Exported DedupeWindow::Export() const {
   Exported out;
   out.entries.assign(order_.begin(), order_.end());
-  out.has_floor = has_floor_;
-  out.floor = floor_;
+  std::tie(out.has_floor, out.floor) = Capped(has_floor_, floor_, LowestHeld());
   return out;
 }
 
@@ -115,6 +143,12 @@ void DedupeWindow::SetNewestCache(size_t n) const {
 }
 
 DedupeWindow::Exported DedupeWindow::Newest(size_t n) const {
+  Exported out = NewestUncapped(n);
+  std::tie(out.has_floor, out.floor) = Capped(out.has_floor, out.floor, LowestHeld());
+  return out;
+}
+
+DedupeWindow::Exported DedupeWindow::NewestUncapped(size_t n) const {
   if (n != newest_n_) SetNewestCache(n);
   Exported out;
   out.has_floor = has_newest_floor_;
@@ -141,9 +175,10 @@ PersistedClient PersistedSnapshot(uint64_t client_id, const DedupeWindow& window
     return c;
   }
   // Newest(keep - 1) whatever `earlier` holds: the window's cache serves
-  // one n; what is more than `keep` then goes under the floor.
+  // one n; what is more than `keep` then goes under the floor, which stops
+  // below the sequences still held once this group is recorded (invariant 4).
   std::vector<DedupeEntry>& entries = c.window.entries;
-  c.window = window.Newest(keep - 1);
+  c.window = window.NewestUncapped(keep - 1);
   entries.insert(entries.end(), earlier.begin(), earlier.end());
   entries.push_back(next);
   if (entries.size() > keep) {
@@ -154,6 +189,8 @@ PersistedClient PersistedSnapshot(uint64_t client_id, const DedupeWindow& window
     }
     entries.erase(entries.begin(), entries.begin() + drop);
   }
+  std::tie(c.window.has_floor, c.window.floor) = DedupeWindow::Capped(
+      c.window.has_floor, c.window.floor, window.LowestHeld(next.sequence, earlier));
   return c;
 }
 

@@ -162,6 +162,8 @@ absl::StatusOr<std::vector<ClientRecordExport>> StoreBackend::LoadClientRecords(
     }
     out.push_back(ClientRecordExport{recs[i].client_id, std::move(recs[i].window), recs[i].secret});
   }
+  // Oldest written first: ClientRecords::Import keeps that order for eviction.
+  std::reverse(out.begin(), out.end());
   return out;
 }
 
@@ -191,10 +193,13 @@ RpcResult AnswerWrite(const WriteRequest& write, const WriteReply& reply, const 
   if (st == RpcStatus::kInternal) Count(ctx, ErrorKind::kStorage);
   if (st == RpcStatus::kBusy) Count(ctx, Counter::kRpcBusy);
   const uint64_t sequence = write.tag.sequence;
-  // Invariant 1 of dedupe.h: only definitive answers are remembered.
+  // Invariant 1 of dedupe.h: only definitive answers are remembered; the
+  // others are held (invariant 4): the client retries them.
   if (st == RpcStatus::kOk || st == RpcStatus::kNotFound || st == RpcStatus::kRejected) {
     ctx.window->Record(DedupeEntry{sequence, static_cast<uint8_t>(write.opcode),
                                    static_cast<uint8_t>(st), version});
+  } else {
+    ctx.window->Hold(sequence);
   }
   return Answer(write.opcode, st, sequence, version, reason, response);
 }
@@ -264,6 +269,7 @@ RpcResult HandleRpc(std::span<const uint8_t> request, const RpcContext& ctx,
             response);
       }
       if (ctx.writes_paused) {
+        ctx.window->Hold(r.sequence);  // invariant 4 of dedupe.h: it will be retried
         Count(ctx, Counter::kRpcBusy);
         return Answer(r.opcode, RpcStatus::kBusy, r.sequence, 0, "writes paused", response);
       }

@@ -8,6 +8,8 @@ void ServerImpl::Shutdown() {
   const absl::Time deadline = t0 + opt_.shutdown_timeout;
   LOG(INFO) << "shutdown: " << conns_.size() << " control connections, " << data_->live_sessions()
             << " sessions";
+  // 0. Nothing else may use the store once step 5 frees it (Server::SetBeforeShutdown).
+  if (before_shutdown_) before_shutdown_();
   // 1. Stop accepting.
   if (listen_fd_.valid()) {
     epoll_ctl(epoll_fd_.get(), EPOLL_CTL_DEL, listen_fd_.get(), nullptr);
@@ -124,6 +126,7 @@ void Server::SetExtraStats(std::function<std::vector<ExtraStat>()> f) {
 void Server::SetBeforeDeregister(std::function<void()> f) {
   impl_->before_deregister_ = std::move(f);
 }
+void Server::SetBeforeShutdown(std::function<void()> f) { impl_->before_shutdown_ = std::move(f); }
 void Server::SetShutdownHook(std::function<bool()> hook) {
   impl_->shutdown_hook_ = std::move(hook);
 }

@@ -170,6 +170,7 @@ class ServerImpl {
   std::function<void(uint64_t)> on_move_ack_;
   std::function<std::vector<ExtraStat>()> extra_stats_;
   std::function<void()> before_deregister_;
+  std::function<void()> before_shutdown_;
   std::function<bool()> shutdown_hook_;
 
   // Sockets and event loop.

@@ -121,6 +121,50 @@ TEST(ClientRecords, ImportDoesNotTrimAndTrimEvictsTheIdleLongestNeverALiveOne) {
   EXPECT_TRUE(t.contains(2));
 }
 
+// After an upgrade, the records idle longest in O are evicted first in N,
+// before any N stamped since: the records keep the order of their ages.
+TEST(ClientRecords, ImportedRecordsKeepTheirAgeForEviction) {
+  ClientRecords o(kWindow, 100);
+  auto none = [](uint64_t) { return false; };
+  const std::vector<uint64_t> idle_longest_first = {7, 3, 9, 1, 5, 8, 2, 6, 4};
+  for (size_t i = 0; i < idle_longest_first.size(); ++i) {
+    Session(o, idle_longest_first[i], 1, 100 + i);
+  }
+  // Two departed later, sent at the pause (after the others went ahead).
+  const RecordsExport ahead = o.Export(0, /*with_live=*/false, none);
+  Session(o, 11, 1, 300);
+  Session(o, 10, 1, 301);
+  const RecordsExport pause = o.Export(ahead.mark, /*with_live=*/true, none);
+
+  ClientRecords n(kWindow, idle_longest_first.size() + 2);
+  n.Import(ahead.records, 5000, none);
+  n.Import(pause.records, 5001, none);
+  ASSERT_TRUE(n.Retain(pause.client_ids).ok());
+  // N's own clients come and go: each new record evicts the idle longest.
+  std::vector<uint64_t> evicted;
+  for (uint64_t k = 0; k < 11; ++k) {
+    Session(n, 100 + k, 1, 6000 + k);
+    for (uint64_t id : n.Trim(none)) evicted.push_back(id);
+  }
+  std::vector<uint64_t> want = idle_longest_first;
+  want.push_back(11);
+  want.push_back(10);
+  EXPECT_EQ(evicted, want);
+}
+
+// At a cold start the records loaded from RocksDB come oldest written
+// first (StoreBackend::LoadClientRecords): that order is the eviction order.
+TEST(ClientRecords, ImportInOneBatchKeepsItsOrder) {
+  ClientRecords t(kWindow, 3);
+  std::vector<ClientRecordExport> in;
+  for (uint64_t id : {4, 2, 3, 1}) in.push_back({id, {}, {}});
+  auto none = [](uint64_t) { return false; };
+  t.Import(in, 5, none);
+  EXPECT_EQ(t.Trim(none), (std::vector<uint64_t>{4}));
+  Session(t, 9, 1, 6);
+  EXPECT_EQ(t.Trim(none), (std::vector<uint64_t>{2}));
+}
+
 TEST(ClientRecords, ImportNeverReplacesTheRecordOfALiveSession) {
   ClientRecords t(kWindow, 100);
   ClientRecord* mine = t.Open(7, 1);

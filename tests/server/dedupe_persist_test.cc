@@ -41,6 +41,7 @@ struct Node {
   std::map<uint64_t, DedupeWindow> windows;
   std::map<uint64_t, ResumeSecret> secrets;  // as the data plane holds them
   Metrics metrics;
+  bool writes_paused = false;  // as during a live upgrade's pause: writes get BUSY
 
   // load: import the persisted client records, as a cold start does.
   static std::unique_ptr<Node> Open(const storage::StoreOptions& o, bool load) {
@@ -105,7 +106,7 @@ struct Node {
   }
   RpcContext Context(uint64_t client) {
     DedupeWindow& w = windows.try_emplace(client, 1024).first->second;
-    return RpcContext{client, &w, backend.get(), false, &metrics, &secrets[client]};
+    return RpcContext{client, &w, backend.get(), writes_paused, &metrics, &secrets[client]};
   }
 
   // The stored value (not through the dedupe path).
@@ -324,6 +325,40 @@ TEST_F(DedupePersistTest, OneBoundedRecordPerClientAndAgeing) {
   side = n->store->ReadSideRecords(kClientRecordPrefix);
   ASSERT_TRUE(side.ok());
   EXPECT_EQ(side->size(), 2u);
+  ASSERT_TRUE(n->store->Close().ok());
+}
+
+// A's write seq 2 was answered BUSY (writes paused), so A holds it and will
+// retry it with its sequence; meanwhile writes 3..12 of A (more than the 8
+// entries a record keeps) were applied. The node crashed before the retry.
+void HeldWriteThenLaterWrites(Node& n, std::vector<uint64_t>* out) {
+  EXPECT_EQ(n.Send(kA, Opcode::kPut, 1, "k", "a1").status, RpcStatus::kOk);
+  n.writes_paused = true;
+  EXPECT_EQ(n.Send(kA, Opcode::kPut, 2, "held", "a2").status, RpcStatus::kBusy);
+  n.writes_paused = false;
+  for (uint64_t s = 3; s <= 12; ++s) {
+    EXPECT_EQ(n.Send(kA, Opcode::kPut, s, "k", "a" + std::to_string(s)).status, RpcStatus::kOk);
+  }
+  *out = {n.Read("k").version};
+}
+
+// A write answered BUSY was not applied, and the client retries it with its
+// sequence: no floor may pass it, the persisted one included. Older writes
+// that were applied stay refused.
+TEST_F(DedupePersistTest, WriteHeldAfterBusyIsAppliedAfterACrash) {
+  const std::vector<uint64_t> v = InCrashingChild(HeldWriteThenLaterWrites);
+  ASSERT_EQ(v.size(), 1u);
+  std::unique_ptr<Node> n = Node::Open(opts_, /*load=*/true);
+  ASSERT_NE(n, nullptr);
+  Reply r = n->Send(kA, Opcode::kPut, 2, "held", "a2");
+  EXPECT_EQ(r.status, RpcStatus::kOk) << r.value;
+  EXPECT_GT(r.version, v[0]);
+  EXPECT_EQ(n->Read("held").value, "a2");
+  EXPECT_EQ(n->metrics.Snapshot().of(ErrorKind::kRpcTooOld), 0u);
+  // Seq 1, applied before the held write, is still refused.
+  r = n->Send(kA, Opcode::kPut, 1, "k", "a1-stale");
+  EXPECT_EQ(r.status, RpcStatus::kRejected);
+  EXPECT_EQ(n->Read("k").version, v[0]);
   ASSERT_TRUE(n->store->Close().ok());
 }
 

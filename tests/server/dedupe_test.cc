@@ -37,6 +37,37 @@ TEST(DedupeWindow, KeepsTheLastCapacityEntriesAndRaisesTheFloor) {
   EXPECT_FALSE(w.TooOld(2000));  // new
 }
 
+// Invariant 4: a held write (answered BUSY) stays retryable while later
+// writes push entries out, and every floor says so until it is recorded.
+TEST(DedupeWindow, HeldSequenceCapsEveryFloorUntilItIsRecorded) {
+  DedupeWindow w(4);
+  w.Record(E(1));
+  w.Hold(2);
+  for (uint64_t s = 3; s <= 10; ++s) w.Record(E(s));  // forgets 1, 3..6
+  EXPECT_FALSE(w.TooOld(2));
+  EXPECT_TRUE(w.TooOld(1));
+  EXPECT_EQ(w.floor(), 1u);
+  EXPECT_EQ(w.Export().floor, 1u);
+  EXPECT_EQ(w.Newest(2).floor, 1u);
+  EXPECT_FALSE(DedupeWindow::Import(w.Export(), 4).TooOld(2));
+  w.Record(E(2));  // the retry, applied: forgets 7
+  EXPECT_EQ(w.floor(), 7u);
+  EXPECT_NE(w.Find(2), nullptr);
+  EXPECT_TRUE(w.TooOld(5));
+}
+
+TEST(DedupeWindow, HeldSequencesKeepTheLowestWhenFull) {
+  DedupeWindow w(4);
+  for (uint64_t s = 1000; s < 1000 + DedupeWindow::kMaxHeld + 10; ++s) w.Hold(s);
+  EXPECT_EQ(w.LowestHeld(), 1000u);
+  w.Hold(5);
+  EXPECT_EQ(w.LowestHeld(), 5u);
+  EXPECT_EQ(w.LowestHeld(5), 1000u);
+  w.Hold(5);  // once
+  w.Record(E(5));
+  EXPECT_EQ(w.LowestHeld(), 1000u);
+}
+
 TEST(DedupeWindow, OutOfOrderSequencesFloorIsTheHighestForgotten) {
   DedupeWindow w(2);
   w.Record(E(10));

@@ -240,8 +240,16 @@ class NewSideTail {
  public:
   ~NewSideTail();
   // Starts the waiting thread; *busy is true until O is gone. Call right
-  // before Server::Run().
+  // before Server::Run(). The server's shutdown calls Stop() first.
   void Start(std::atomic<bool>* busy);
+  // Stops the waiting thread and joins it (idempotent); runs on the control
+  // thread at the start of the server's shutdown, which frees the store the
+  // thread would open. A wait for O's Released is given up: O, if still
+  // alive, is killed (it would keep RocksDB's lock from the next start) and
+  // RocksDB is not opened here; the write journal stays, and the next start
+  // replays it. An open already under way is waited for; once RocksDB is
+  // open here, O (which released it) is left to finish alone.
+  void Stop();
 
  private:
   friend absl::StatusOr<std::pair<std::unique_ptr<server::Server>, std::unique_ptr<NewSideTail>>>
@@ -252,6 +260,10 @@ class NewSideTail {
   // Opens RocksDB and replays the write journal (Server::OpenDbAfterSwitch),
   // once; exits the process when it cannot (a restart replays the journal).
   void OpenDb();
+  // Wait()'s end once Stop() was called: kills an O that has not released
+  // RocksDB (and waits for its exit); leaves the journal to the next start.
+  void LeaveForShutdown();
+  bool stopping();
 
   server::Server* server_ = nullptr;
   UpgradeMetrics* metrics_ = nullptr;
@@ -268,6 +280,10 @@ class NewSideTail {
   bool alone_ = false;  // O died before HandOver: nothing to wait for
   std::atomic<bool>* busy_ = nullptr;
   std::thread thread_;
+  // Stop() sets it and shuts the channel down to wake a Receive; the thread
+  // resets channel_ under mu_ so that Stop never touches a closed fd.
+  absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 // The new side. `handoff_flag` is --upgrade_handoff's value ("FD:PID").

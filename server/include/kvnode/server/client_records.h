@@ -53,10 +53,16 @@ class ClientRecords {
 
   // The records in session (when `with_live`) and every other record stamped
   // after `changed_after` (0: all), with every id held and the change count.
+  // Records come idle longest first, those in session last: the order is
+  // their age (a live upgrade's session table carries no time).
   RecordsExport Export(uint64_t changed_after, bool with_live, LiveFn live) const;
   // Each record replaces the one held for its id, unless that id is in
-  // session. No trimming: records adopted in batches may exceed max_records
-  // until Retain drops the ones the sender forgot meanwhile.
+  // session. `records` come idle longest first (Export's order; a cold
+  // start's, oldest written first): each is stamped idle from `now_ns`, after
+  // the ones before it, so that eviction keeps their order, and every record
+  // imported earlier or stamped before stays older. No trimming: records
+  // adopted in batches may exceed max_records until Retain drops the ones
+  // the sender forgot meanwhile.
   void Import(const std::vector<ClientRecordExport>& records, uint64_t now_ns, LiveFn live);
   // Drops every record not of `client_ids`. DataLoss (dropping nothing) when
   // one of them has no record.

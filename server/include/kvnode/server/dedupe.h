@@ -15,6 +15,15 @@
 //  3. A write whose sequence is <= floor() and not in the window may have
 //     been applied already: the server refuses it (REJECTED, kRpcTooOld)
 //     rather than risk applying it twice.
+//  4. A write answered BUSY or INTERNAL was not applied, and the client
+//     holds it and retries it with its sequence, however many later writes
+//     are applied meanwhile (held writes are outside its RPC credits). Hold()
+//     remembers such a sequence until an answer for it is recorded, and no
+//     floor passes the lowest held sequence: floor(), Export()'s and
+//     Newest()'s (the persisted one) stop just below it. An applied write
+//     above that floor and no longer listed is then not refused if retried:
+//     a client retries only writes it has no answer for, which are held or
+//     among its newest entries (docs/server.md "Dedupe").
 //
 // The state is a plain list (Export/Import) so that a live upgrade can hand
 // it to the next process. Thread safety: none, const calls included (Newest()
@@ -44,11 +53,14 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
 
 namespace kvnode::server {
+
+struct PersistedClient;
 
 struct DedupeEntry {
   uint64_t sequence = 0;
@@ -67,15 +79,24 @@ class DedupeWindow {
   // Invariant 3: true if `sequence` is not in the window but not newer than
   // something forgotten.
   bool TooOld(uint64_t sequence) const {
-    return has_floor_ && sequence <= floor_ && !Find(sequence);
+    return has_floor() && sequence <= floor() && !Find(sequence);
   }
-  // Records an answer (replacing an entry of the same sequence).
+  // Records an answer (replacing an entry of the same sequence); its
+  // sequence is no longer held.
   void Record(const DedupeEntry& e);
+  // Invariant 4: a write of `sequence` (neither in the window nor TooOld)
+  // was answered BUSY or INTERNAL. At most kMaxHeld sequences are held, the
+  // lowest ones (libkvclient holds at most 256 writes).
+  void Hold(uint64_t sequence);
+  static constexpr size_t kMaxHeld = 256;
 
   size_t size() const { return order_.size(); }
   size_t capacity() const { return capacity_; }
-  uint64_t floor() const { return floor_; }
-  bool has_floor() const { return has_floor_; }
+  // The floor of invariant 3, below every held sequence (invariant 4).
+  uint64_t floor() const { return Capped(has_floor_, floor_, LowestHeld()).second; }
+  bool has_floor() const { return Capped(has_floor_, floor_, LowestHeld()).first; }
+  // The lowest held sequence but `except` and those of `recording`; 0: none.
+  uint64_t LowestHeld(uint64_t except = 0, std::span<const DedupeEntry> recording = {}) const;
 
   // Oldest first. Import(Export()) restores an equal window (floor included).
   struct Exported {
@@ -86,14 +107,25 @@ class DedupeWindow {
   Exported Export() const;
   static DedupeWindow Import(const Exported& state, size_t capacity);
   // The newest `n` entries (oldest first) with a floor that also covers every
-  // entry left out: Import() of it answers those n and refuses (TooOld) any
-  // other sequence this window answered.
+  // entry left out, up to invariant 4: Import() of it answers those n and
+  // refuses (TooOld) any other sequence this window answered below the
+  // lowest held one.
   // Cost: O(n) when `n` is the one of the previous call (every write asks
   // with the same n, --rpc_credits - 1), O(size()) on the first call with a
   // new n: the floor over the entries left out is kept up to date by Record.
   Exported Newest(size_t n) const;
 
  private:
+  friend PersistedClient PersistedSnapshot(uint64_t, const DedupeWindow&, const DedupeEntry&,
+                                           size_t, uint64_t, std::span<const DedupeEntry>);
+  // (has, floor) lowered below `lowest_held` (0: none), invariant 4.
+  static std::pair<bool, uint64_t> Capped(bool has, uint64_t floor, uint64_t lowest_held) {
+    if (!has || lowest_held == 0 || floor < lowest_held) return {has, floor};
+    return {lowest_held > 1, lowest_held - 1};
+  }
+  // Newest() before invariant 4's cap.
+  Exported NewestUncapped(size_t n) const;
+
   // The floor Newest(n) reports for n == newest_n_: the highest of floor_ and
   // of every sequence but the newest n in order_ (has_newest_floor_: there
   // is one). Maintained by Record once a Newest call has set newest_n_.
@@ -112,6 +144,7 @@ class DedupeWindow {
   mutable size_t newest_n_ = kNoNewestCache;
   mutable bool has_newest_floor_ = false;
   mutable uint64_t newest_floor_ = 0;
+  std::vector<uint64_t> held_;  // invariant 4, ascending; usually empty
 };
 
 // The secret that proves a Hello owns the client id it resumes (the bytes of

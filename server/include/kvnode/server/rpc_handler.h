@@ -89,8 +89,9 @@ class StoreBackend final : public KvBackend {
   void ForgetClient(uint64_t client_id) override;
 
   // Cold start: the persisted client records to import into the data plane,
-  // the most recently written first, at most `max`; older and malformed ones
-  // are deleted (logged). Needs the DB open.
+  // the `max` most recently written, oldest written first (the order
+  // ClientRecords::Import takes as their age); older and malformed ones are
+  // deleted (logged). Needs the DB open.
   absl::StatusOr<std::vector<ClientRecordExport>> LoadClientRecords(size_t max);
 
  private:

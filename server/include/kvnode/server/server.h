@@ -160,6 +160,12 @@ class Server {
   // Before shutdown: runs at shutdown after every session is drained and
   // destroyed, before the MRs are deregistered (the upgrade's o_dereg phase).
   void SetBeforeDeregister(std::function<void()> f);
+  // Before Run(): runs on the control thread first thing at shutdown, while
+  // the store and the sessions still serve. Whatever uses the store from
+  // another thread (a live upgrade's waiter, which opens RocksDB once the
+  // old process releases it) must stop there: the shutdown then closes and
+  // frees the store.
+  void SetBeforeShutdown(std::function<void()> f);
   // Before Run(): called on the control thread for SIGTERM/SIGINT. Returning
   // true defers the shutdown: the hook's owner calls RequestShutdown() once
   // it is safe (an upgrade in progress finishes or rolls back first).
