@@ -567,6 +567,9 @@ absl::Status OldSide::AwaitOwned(Attempt& a) {
   if (absl::Status s = a.Step("n_owned", deadline); !s.ok()) return s;
   absl::StatusOr<Owned> owned = ReceiveAs<Owned>(a, deadline, "Owned");
   if (!owned.ok()) return owned.status();
+  // Owned is here, but until `resolved` below the watchdog may still roll
+  // back (and kill N): the window the o_owned fault widens.
+  if (absl::Status s = MaybeInjectFault(Phase::kOOwned); !s.ok()) return s;
   bool forward_term = false;
   {
     absl::MutexLock l(&a.mu);
