@@ -579,8 +579,14 @@ absl::Status OldSide::AwaitOwned(Attempt& a) {
     a.lease = absl::InfiniteFuture();
     forward_term = a.cancel;
   }
-  // From here on, nothing rolls back; the server must not remove what N owns
-  // now (arena name, admin socket path, pid file) even if it stops early.
+  // From here on, nothing rolls back: only now may systemd take N for the
+  // service's main process (had N said so itself at Owned, a rollback in
+  // between would leave systemd watching a process O killed, and it would
+  // stop the unit, O included). The server must not remove what N owns now
+  // (arena name, admin socket path, pid file) even if it stops early.
+  if (absl::Status s = SdNotifyNewMainPid(a.child_pid); !s.ok()) {
+    LOG(WARNING) << "upgrade: " << s;
+  }
   handed_off_.store(true);
   server_->MarkHandedOff();
   const absl::Time owned_at = absl::Now();
@@ -652,6 +658,10 @@ void OldSide::CloseDbAndSayReleased(Attempt& a) {
 
 void OldSide::Rollback(Attempt& a, const absl::Status& why, bool by_watchdog) {
   LOG(WARNING) << "upgrade: rolling back" << (by_watchdog ? " (watchdog)" : "") << ": " << why;
+  // The main process stays (or is again) this one, before N is killed: a
+  // systemd that was told N (by a new process of an older build, at its
+  // Owned) would otherwise stop the unit when N dies.
+  if (absl::Status s = SdNotifyMainPid(getpid()); !s.ok()) LOG(WARNING) << "upgrade: " << s;
   bool n_may_own_db;
   std::optional<Process> child;
   int channel_fd = -1;
