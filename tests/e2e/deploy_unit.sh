@@ -23,12 +23,13 @@
 #    the node refuses to start and names --advertise_address.
 # 2. A reload that rolls back after the new process said Owned (O held at
 #    the o_owned fault point until its watchdog rolls back and kills N): the
-#    unit's main PID never names N and stays on O, which serves on.
+#    unit's main PID never names N and stays on O, which serves on, and
+#    ExecReload fails with the rollback's reason.
 # 3. With KVNODE_ADVERTISE_ADDRESS=127.0.0.1 (what the env file's comments ask
 #    the operator to set) and a small arena in KVNODE_OPTS: the node starts,
 #    authenticates clients with the token file, writes the pid file, keeps its
 #    database under the state directory; kvload --verify runs while the
-#    unit's ExecReload does a live upgrade: a new pid serves
+#    unit's ExecReload does a live upgrade and reports it: a new pid serves
 #    generation 2 with the same arguments, the pid file and the unit's main
 #    PID name it, the clients moved, zero failed operations. Both
 #    processes run as the unit's user; the database, the pid file and the
@@ -197,8 +198,13 @@ $(tr '\n' '|' <"$notify_log")"
   kv_fail "systemd was told the main PID is $n before $o committed: $(tr '\n' '|' <"$notify_log")"
 up_generation_is 1 && [[ $(up_ping_field pid) == "$o" ]] || kv_fail "$o does not serve generation 1"
 kv_wait_for 60 test -s "$root/reload-rollback.rc" || kv_fail "ExecReload still running"
+[[ $(<"$root/reload-rollback.rc") -ne 0 ]] ||
+  kv_fail "ExecReload exited 0 for an upgrade that rolled back: $(cat "$root/reload-rollback.out")"
+grep -q "rolled back.*stuck in step n_owned" "$root/reload-rollback.out" ||
+  kv_fail "ExecReload did not say why it failed: $(cat "$root/reload-rollback.out")"
 up_stop_node
-kv_ok "reload rolled back after Owned: main PID stayed $o (never $n)"
+kv_ok "reload rolled back after Owned: main PID stayed $o (never $n), ExecReload failed: \
+$(tr '\n' ' ' <"$root/reload-rollback.out")"
 
 # --- 3. configured: starts, serves, ExecReload upgrades it live ---------------
 KV_SHM="kvnode-e2e-deploy-$$"
@@ -242,6 +248,7 @@ reload "$root/reload.out"
 kv_wait_for 90 up_generation_is 2 || kv_fail "generation 2 did not answer within 90 s of ExecReload"
 new=$(up_ping_field pid)
 [[ $new != "$old" ]] || kv_fail "same pid $new after the upgrade"
+grep -q "generation 1 -> 2" "$root/reload.out" || kv_fail "ExecReload did not report the upgrade"
 kv_wait_for 10 main_pid_is "$new" || kv_fail "the unit's main PID is $(main_pid), not $new"
 kv_wait_for 30 up_gone "$old" || kv_fail "old process $old still alive 30 s after the upgrade"
 rc=0
