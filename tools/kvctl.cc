@@ -3,18 +3,32 @@
 //   kvctl [--admin_socket PATH] [--json] [--timeout_ms N] COMMAND [ARGS]
 //
 // Commands: ping, stats, metrics (Prometheus text), mrs, clients, memory,
-// upgrade [--binary PATH], drain [SECONDS]. Human-readable output by default, the
-// node's raw JSON with --json. Exit status: 0 ok, 1 the node answered an
-// error, 2 no answer (not running, wrong socket, time-out) or bad usage.
+// upgrade [--binary PATH] [--no_wait] [--timeout_s N], drain [SECONDS].
+// Human-readable output by default, the node's raw JSON with --json. Exit
+// status: 0 ok, 1 the node answered an error (for `upgrade`: refused or
+// rolled back), 2 no answer (not running, wrong socket, time-out) or bad
+// usage.
+//
+// `upgrade` waits for the outcome (the unit's ExecReload relies on it, so
+// that a failed live upgrade fails `systemctl reload`): the old process
+// answers `upgrade --wait` at its point of no return, with the generations,
+// pids, builds, write pause and time taken, or when it has rolled back, with
+// the reason. A node too old to understand --wait (its ping does not say
+// upgrade_wait) is asked the plain `upgrade` and followed: ping on the same
+// socket path until the new generation answers, or its stats show the
+// rollback.
 #include <gflags/gflags.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "kvnode/base/version.h"
 #include "kvnode/client/admin.h"
@@ -29,6 +43,11 @@ DEFINE_string(admin_socket, "",
 DEFINE_bool(json, false, "print the node's JSON answer as is (for scripts)");
 DEFINE_int32(timeout_ms, 5000, "give up when the node has not answered within this time");
 DEFINE_string(binary, "", "upgrade: the new binary (default: the node's --upgrade_binary)");
+DEFINE_bool(no_wait, false,
+            "upgrade: return once the node has started the upgrade, without its outcome");
+DEFINE_int32(timeout_s, 120,
+             "upgrade: give up waiting for the outcome after this long (exit 2; the upgrade "
+             "may still be running). The unit's TimeoutStartSec (120) bounds a reload alike");
 
 namespace {
 
@@ -132,6 +151,160 @@ const json* FindList(const json& answer) {
   return nullptr;
 }
 
+// An answer of the node as JSON, or why there is none (exit status 2).
+absl::StatusOr<json> AskJson(const std::string& socket_path, const std::string& request,
+                             absl::Time deadline) {
+  absl::StatusOr<std::string> answer = kvnode::client::AdminRequest(socket_path, request, deadline);
+  if (!answer.ok()) return answer.status();
+  json j = json::parse(*answer, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return absl::InternalError(absl::StrCat("the node's answer is not JSON: ", *answer));
+  }
+  return j;
+}
+
+std::string Ms(const json& v) {
+  char buf[64];
+  const double ms = v.is_number() ? v.get<double>() : 0;
+  if (ms < 1000) {
+    std::snprintf(buf, sizeof(buf), "%.0f ms", ms);
+  } else {
+    std::snprintf(buf, sizeof(buf), "%.2f s", ms / 1000);
+  }
+  return buf;
+}
+
+// A member of an answer as text, "?" when it has none.
+std::string Field(const json& j, const char* key) { return Scalar(j.value(key, json("?"))); }
+
+// Prints an outcome (the node's answer to `upgrade --wait`, or one made up by
+// Follow) and returns the exit status: 0 done, 1 rolled back or refused.
+int PrintOutcome(const json& j) {
+  const bool ok = j.value("ok", false);
+  if (FLAGS_json) {
+    std::printf("%s\n", j.dump().c_str());
+    return ok ? 0 : 1;
+  }
+  const std::string what = j.value("upgrade", std::string());
+  if (ok && what == "done") {
+    std::printf("upgraded: generation %s -> %s, pid %s -> %s, in %s",
+                Field(j, "old_generation").c_str(), Field(j, "new_generation").c_str(),
+                Field(j, "old_pid").c_str(), Field(j, "new_pid").c_str(),
+                Ms(j.value("elapsed_ms", json())).c_str());
+    if (j.contains("write_pause_ms")) {
+      std::printf(" (writes paused %s)", Ms(j.value("write_pause_ms", json())).c_str());
+    } else {
+      std::printf(" (this node does not report its write pause)");
+    }
+    std::printf("\n  build: %s -> %s\n", Field(j, "old_build").c_str(),
+                Field(j, "new_build").c_str());
+    return 0;
+  }
+  if (what == "rolled_back") {
+    std::fprintf(stderr,
+                 "kvctl upgrade: rolled back after %s: %s\n  generation %s (pid %s, build %s) "
+                 "serves on\n",
+                 Ms(j.value("elapsed_ms", json())).c_str(), Field(j, "reason").c_str(),
+                 Field(j, "old_generation").c_str(), Field(j, "old_pid").c_str(),
+                 Field(j, "old_build").c_str());
+    return 1;
+  }
+  std::fprintf(stderr, "kvctl upgrade: %s\n",
+               Scalar(j.value("error", json("the node did not say what happened"))).c_str());
+  return ok ? 0 : 1;
+}
+
+// --timeout_s passed without an outcome: exit status 2.
+int NoOutcomeInTime() {
+  std::fprintf(stderr,
+               "kvctl upgrade: no outcome within %d s: the upgrade may still be running (kvctl "
+               "stats: upgrade_in_progress; kvctl ping: generation)\n",
+               FLAGS_timeout_s);
+  return 2;
+}
+
+// A node without `upgrade --wait`: after its "started" answer, ping the same
+// path until the new generation answers (the admin socket is handed over
+// with the rest), or the old process's stats show one more rollback and no
+// upgrade in progress.
+int Follow(const std::string& socket_path, const json& ping, const json& stats0, absl::Time t0,
+           absl::Time deadline) {
+  const uint64_t generation = ping.value("generation", uint64_t{0});
+  const uint64_t rollbacks = stats0.value("rollbacks", uint64_t{0});
+  json out{{"old_generation", generation},
+           {"new_generation", generation + 1},
+           {"old_pid", ping.value("pid", json(0))},
+           {"old_build", ping.value("build_id", json(""))}};
+  for (;;) {
+    const absl::Time ask_by =
+        std::min(deadline, absl::Now() + absl::Milliseconds(FLAGS_timeout_ms));
+    absl::StatusOr<json> p = AskJson(socket_path, "ping", ask_by);
+    if (p.ok() && p->value("generation", uint64_t{0}) > generation) {
+      out.update(json{{"ok", true},
+                      {"upgrade", "done"},
+                      {"new_generation", (*p)["generation"]},
+                      {"new_pid", p->value("pid", json(0))},
+                      {"new_build", p->value("build_id", json(""))},
+                      {"elapsed_ms", absl::ToDoubleMilliseconds(absl::Now() - t0)}});
+      return PrintOutcome(out);
+    }
+    absl::StatusOr<json> s = AskJson(socket_path, "stats", ask_by);
+    if (s.ok() && s->value("pid", json(0)) == ping.value("pid", json(0)) &&
+        s->value("rollbacks", uint64_t{0}) > rollbacks && !s->value("upgrade_in_progress", true)) {
+      out.update(json{{"ok", false},
+                      {"upgrade", "rolled_back"},
+                      {"reason", "this node's version does not say why: see its log"},
+                      {"elapsed_ms", absl::ToDoubleMilliseconds(absl::Now() - t0)}});
+      return PrintOutcome(out);
+    }
+    if (absl::Now() >= deadline) break;
+    absl::SleepFor(absl::Milliseconds(200));  // the poll interval of a wait with a deadline
+  }
+  return NoOutcomeInTime();
+}
+
+// `kvctl upgrade` without --no_wait: the outcome, waited for up to --timeout_s.
+int Upgrade(const std::string& socket_path, const std::vector<std::string>& args) {
+  const absl::Time t0 = absl::Now();
+  const absl::Time deadline = t0 + absl::Seconds(FLAGS_timeout_s);
+  const absl::Time ask_by = std::min(deadline, t0 + absl::Milliseconds(FLAGS_timeout_ms));
+  absl::StatusOr<json> ping = AskJson(socket_path, "ping", ask_by);
+  if (!ping.ok()) {
+    std::fprintf(stderr, "kvctl: %s\n", std::string(ping.status().message()).c_str());
+    return 2;
+  }
+  if (ping->value("upgrade_wait", false)) {
+    std::vector<std::string> words = {"upgrade", "--wait"};
+    words.insert(words.end(), args.begin(), args.end());
+    absl::StatusOr<json> outcome = AskJson(socket_path, absl::StrJoin(words, " "), deadline);
+    if (absl::IsDeadlineExceeded(outcome.status())) return NoOutcomeInTime();
+    if (!outcome.ok()) {
+      std::fprintf(stderr,
+                   "kvctl upgrade: no outcome: %s (the node may have exited: kvctl ping says "
+                   "which generation serves)\n",
+                   std::string(outcome.status().message()).c_str());
+      return 2;
+    }
+    return PrintOutcome(*outcome);
+  }
+  absl::StatusOr<json> stats0 = AskJson(socket_path, "stats", ask_by);
+  std::vector<std::string> words = {"upgrade"};
+  words.insert(words.end(), args.begin(), args.end());
+  absl::StatusOr<json> started = AskJson(socket_path, absl::StrJoin(words, " "), ask_by);
+  if (!stats0.ok() || !started.ok()) {
+    const absl::Status& s = stats0.ok() ? started.status() : stats0.status();
+    std::fprintf(stderr, "kvctl: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
+  if (!started->value("ok", false)) return PrintOutcome(*started);
+  if (!FLAGS_json) {
+    std::printf("%s (following it: this node does not report the outcome)\n",
+                Scalar(started->value("upgrade", json(""))).c_str());
+    std::fflush(stdout);  // before the outcome, which may go to stderr
+  }
+  return Follow(socket_path, *ping, *stats0, t0, deadline);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -140,7 +313,8 @@ int main(int argc, char** argv) {
       "admin tool of a running kvnode.\n"
       "  kvctl [--admin_socket PATH] [--json] COMMAND\n"
       "  commands: ping | stats | metrics | mrs | clients | memory (malloc's heap) |\n"
-      "            upgrade [--binary PATH] |\n"
+      "            upgrade [--binary PATH] [--no_wait] [--timeout_s N]  (waits for the\n"
+      "                              outcome: exit 1 when the upgrade rolled back) |\n"
       "            drain [SECONDS]  (refuse new sessions; the node exits once its clients\n"
       "                              have left, or after SECONDS, default 300)");
   // --help lists this program's own flags; --helpfull adds gflags' and glog's.
@@ -174,6 +348,13 @@ int main(int argc, char** argv) {
   }
   const std::string socket_path =
       FLAGS_admin_socket.empty() ? kvnode::client::DefaultAdminSocketPath() : FLAGS_admin_socket;
+  if (cmd == "upgrade" && FLAGS_timeout_s < 1) {
+    std::fprintf(stderr, "kvctl: --timeout_s must be at least 1, not %d\n", FLAGS_timeout_s);
+    return 2;
+  }
+  if (cmd == "upgrade" && !FLAGS_no_wait) {
+    return Upgrade(socket_path, std::vector<std::string>(words.begin() + 1, words.end()));
+  }
   const absl::Time t0 = absl::Now();
   absl::StatusOr<std::string> answer = kvnode::client::AdminRequest(
       socket_path, absl::StrJoin(words, " "), t0 + absl::Milliseconds(FLAGS_timeout_ms));

@@ -256,8 +256,13 @@ absl::StatusOr<std::pair<std::unique_ptr<server::Server>, std::unique_ptr<NewSid
   }
   mark("n_accepting");
   for (const auto& [k, d] : phases) metrics->SetLast(k, d);
-  if (absl::Status s = SdNotifyNewMainPid(getpid()); !s.ok()) {
-    LOG(WARNING) << "upgrade: sd_notify: " << s;
+  // systemd's main PID: O names this process when it has taken Owned in (its
+  // point of no return; until then it may still roll back and kill us), or
+  // NewSideTail once O has exited. Alone, O is dead already.
+  if (tail->alone_) {
+    if (absl::Status s = SdNotifyNewMainPid(getpid()); !s.ok()) {
+      LOG(WARNING) << "upgrade: sd_notify: " << s;
+    }
   }
   LOG(INFO) << "upgrade: generation " << options.generation << " is the writer"
             << (tail->alone_ ? "" : " (journal until the old process releases RocksDB)")
@@ -408,6 +413,11 @@ void NewSideTail::Wait() {
         LOG(ERROR) << "upgrade: the old process " << old_->pid() << " is still alive: " << s;
       } else {
         LOG(INFO) << "upgrade: the old process " << old_->pid() << " has exited";
+        // O named us at its commit; if it died before (after HandOver), nobody
+        // did, and nothing can roll back any more.
+        if (absl::Status s = SdNotifyNewMainPid(getpid()); !s.ok()) {
+          LOG(WARNING) << "upgrade: sd_notify: " << s;
+        }
       }
       // Its exit released RocksDB's lock if it never said Released.
       OpenDb();

@@ -77,6 +77,10 @@ struct OldSide::Attempt {
   bool abandoned ABSL_GUARDED_BY(mu) = false;
   bool finished ABSL_GUARDED_BY(mu) = false;  // outcome complete: nothing of it runs
   bool cancel ABSL_GUARDED_BY(mu) = false;    // SIGTERM/SIGINT: roll back, then shut down
+  // A waiting `kvctl upgrade` (admin `upgrade --wait`): answered once, at the
+  // point of no return or at the rollback (Report). Empty otherwise.
+  std::function<void(std::string)> reply ABSL_GUARDED_BY(mu);
+  std::string new_build ABSL_GUARDED_BY(mu);  // from N's Hello
 
   bool Abandoned() {
     absl::MutexLock l(&mu);
@@ -147,9 +151,9 @@ void OldSide::ReapThreads() {
 }
 
 void OldSide::Install() {
-  server_->SetUpgradeHandler([this](server::Server&, std::optional<std::string> binary,
+  server_->SetUpgradeHandler([this](server::Server&, server::Server::UpgradeRequest request,
                                     std::function<void(std::string)> reply) {
-    OnRequest(std::move(binary), std::move(reply));
+    OnRequest(std::move(request), std::move(reply));
   });
   server_->SetExtraStats([this] { return metrics_->Render(); });
   server_->SetShutdownHook([this] { return OnShutdownSignal(); });
@@ -194,7 +198,9 @@ bool OldSide::OnShutdownSignal() {
   return true;
 }
 
-void OldSide::OnRequest(std::optional<std::string> binary, std::function<void(std::string)> reply) {
+void OldSide::OnRequest(server::Server::UpgradeRequest request,
+                        std::function<void(std::string)> reply) {
+  const std::optional<std::string>& binary = request.binary;
   if (busy_.exchange(true)) {
     metrics_->Add(UpgradeMetrics::kRefused);
     LOG(WARNING) << "upgrade: refused: an upgrade is already in progress";
@@ -222,9 +228,13 @@ void OldSide::OnRequest(std::optional<std::string> binary, std::function<void(st
   ReapThreads();  // the previous attempt is finished (busy_ was false)
   LOG(INFO) << "upgrade: starting, binary " << path << ", generation " << server_->generation()
             << " -> " << server_->generation() + 1;
-  reply(JsonAnswer(true,
-                   absl::StrCat("started: ", path, " as generation ", server_->generation() + 1)));
   auto a = std::make_shared<Attempt>();
+  if (request.wait) {
+    a->reply = std::move(reply);  // Report() answers at the outcome
+  } else {
+    reply(JsonAnswer(
+        true, absl::StrCat("started: ", path, " as generation ", server_->generation() + 1)));
+  }
   a->binary = std::move(path);
   a->t0 = a->phase_start = absl::Now();
   a->new_generation = server_->generation() + 1;
@@ -389,6 +399,10 @@ absl::Status OldSide::AwaitHelloAndReady(Attempt& a) {
   // decide); the log says which version replaces which.
   LOG(INFO) << "upgrade: Hello from pid " << hello->pid << ", version " << options_.build_id
             << " -> " << hello->build_id;
+  {
+    absl::MutexLock l(&a.mu);
+    a.new_build = hello->build_id;
+  }
   deadline = absl::Now() + options_.ready_deadline;
   if (absl::Status s = a.Step("n_ready", deadline); !s.ok()) return s;
   absl::StatusOr<Ready> ready = ReceiveAs<Ready>(a, deadline, "Ready");
@@ -567,6 +581,9 @@ absl::Status OldSide::AwaitOwned(Attempt& a) {
   if (absl::Status s = a.Step("n_owned", deadline); !s.ok()) return s;
   absl::StatusOr<Owned> owned = ReceiveAs<Owned>(a, deadline, "Owned");
   if (!owned.ok()) return owned.status();
+  // Owned is here, but until `resolved` below the watchdog may still roll
+  // back (and kill N): the window the o_owned fault widens.
+  if (absl::Status s = MaybeInjectFault(Phase::kOOwned); !s.ok()) return s;
   bool forward_term = false;
   {
     absl::MutexLock l(&a.mu);
@@ -576,8 +593,14 @@ absl::Status OldSide::AwaitOwned(Attempt& a) {
     a.lease = absl::InfiniteFuture();
     forward_term = a.cancel;
   }
-  // From here on, nothing rolls back; the server must not remove what N owns
-  // now (arena name, admin socket path, pid file) even if it stops early.
+  // From here on, nothing rolls back: only now may systemd take N for the
+  // service's main process (had N said so itself at Owned, a rollback in
+  // between would leave systemd watching a process O killed, and it would
+  // stop the unit, O included). The server must not remove what N owns now
+  // (arena name, admin socket path, pid file) even if it stops early.
+  if (absl::Status s = SdNotifyNewMainPid(a.child_pid); !s.ok()) {
+    LOG(WARNING) << "upgrade: " << s;
+  }
   handed_off_.store(true);
   server_->MarkHandedOff();
   const absl::Time owned_at = absl::Now();
@@ -590,6 +613,10 @@ absl::Status OldSide::AwaitOwned(Attempt& a) {
   LOG(INFO) << "upgrade: Owned by pid " << owned->pid << " generation " << owned->generation
             << " after " << absl::FormatDuration(owned_at - a.t0) << " (writes paused "
             << absl::FormatDuration(owned_at - a.paused_at) << ")";
+  server::UpgradeOutcome o = OutcomeOf(a, a.child_pid);
+  o.write_pause_ms = absl::ToDoubleMilliseconds(owned_at - a.paused_at);
+  o.elapsed_ms = absl::ToDoubleMilliseconds(owned_at - a.t0);
+  Report(a, o);
   if (forward_term) {
     absl::MutexLock l(&a.mu);
     LOG(INFO) << "upgrade: a shutdown was requested during the upgrade: passing it on to the new "
@@ -649,12 +676,18 @@ void OldSide::CloseDbAndSayReleased(Attempt& a) {
 
 void OldSide::Rollback(Attempt& a, const absl::Status& why, bool by_watchdog) {
   LOG(WARNING) << "upgrade: rolling back" << (by_watchdog ? " (watchdog)" : "") << ": " << why;
+  // The main process stays (or is again) this one, before N is killed: a
+  // systemd that was told N (by a new process of an older build, at its
+  // Owned) would otherwise stop the unit when N dies.
+  if (absl::Status s = SdNotifyMainPid(getpid()); !s.ok()) LOG(WARNING) << "upgrade: " << s;
   bool n_may_own_db;
   std::optional<Process> child;
   int channel_fd = -1;
+  pid_t child_pid = 0;
   {
     absl::MutexLock l(&a.mu);
     n_may_own_db = a.handover_sending;
+    if (a.child.has_value()) child_pid = a.child->pid();
     if (a.child.has_value()) child.emplace(std::move(*a.child));
     a.child.reset();
     if (a.channel.has_value()) channel_fd = a.channel->fd();
@@ -721,11 +754,44 @@ void OldSide::Rollback(Attempt& a, const absl::Status& why, bool by_watchdog) {
     cancel = a.cancel;
   }
   if (cancel) metrics_->Add(UpgradeMetrics::kCanceled);
-  LOG(WARNING) << "upgrade: rolled back after " << absl::FormatDuration(absl::Now() - a.t0)
-               << "; generation " << server_->generation() << " serves on"
+  const absl::Duration took = absl::Now() - a.t0;
+  LOG(WARNING) << "upgrade: rolled back after " << absl::FormatDuration(took) << "; generation "
+               << server_->generation() << " serves on"
                << (cancel ? " until the requested shutdown" : "");
   busy_.store(false);
+  server::UpgradeOutcome o = OutcomeOf(a, child_pid);
+  o.rolled_back = true;
+  o.reason = std::string(why.message());
+  if (cancel) absl::StrAppend(&o.reason, "; the node shuts down as requested");
+  o.elapsed_ms = absl::ToDoubleMilliseconds(took);
+  Report(a, o);
   if (cancel) server_->RequestShutdown();
+}
+
+server::UpgradeOutcome OldSide::OutcomeOf(Attempt& a, pid_t child_pid) {
+  server::UpgradeOutcome o;
+  o.old_generation = server_->generation();
+  o.new_generation = a.new_generation;
+  o.old_pid = getpid();
+  o.new_pid = child_pid;
+  o.old_build = options_.build_id;
+  absl::MutexLock l(&a.mu);
+  o.new_build = a.new_build;
+  return o;
+}
+
+void OldSide::Report(Attempt& a, const server::UpgradeOutcome& o) {
+  std::function<void(std::string)> reply;
+  {
+    absl::MutexLock l(&a.mu);
+    reply = std::exchange(a.reply, nullptr);
+  }
+  if (!reply) return;
+  reply(server::UpgradeOutcomeAnswer(o));
+  // The answer is written by the control thread, in task order: once a task
+  // posted after it has run, it has left, even if this process exits next.
+  (void)OnControl(
+      server_, [](server::Server*) {}, options_.control_task_deadline);
 }
 
 void OldSide::Watchdog(std::shared_ptr<Attempt> ap) {

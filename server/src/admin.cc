@@ -7,6 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/time.h"
 
 namespace kvnode::server {
 namespace {
@@ -76,13 +77,19 @@ absl::StatusOr<AdminRequest> ParseAdminRequest(std::string_view line) {
   } else if (w == "upgrade") {
     req.command = AdminCommand::kUpgrade;
     max_args = 1;
+    // A binary is an absolute path: "--wait" can only be the option.
+    if (words.size() > 1 && words[1] == "--wait") {
+      req.wait = true;
+      words.erase(words.begin() + 1);
+    }
   } else if (w == "drain") {
     req.command = AdminCommand::kDrain;
     max_args = 1;
   } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "admin: unknown command '", w.substr(0, 64),
-        "' (ping, stats, metrics, mrs, clients, memory, upgrade [BINARY], drain [SECONDS])"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("admin: unknown command '", w.substr(0, 64),
+                     "' (ping, stats, metrics, mrs, clients, memory, upgrade [--wait] [BINARY], "
+                     "drain [SECONDS])"));
   }
   if (words.size() - 1 > max_args) {
     return absl::InvalidArgumentError(
@@ -127,7 +134,28 @@ std::string AdminPingAnswer(uint64_t generation, int64_t pid, std::string_view l
                    {"generation", generation},
                    {"pid", pid},
                    {"listen", std::string(listen)},
-                   {"build_id", std::string(build_id)}});
+                   {"build_id", std::string(build_id)},
+                   {"upgrade_wait", true}});
+}
+
+std::string UpgradeOutcomeAnswer(const UpgradeOutcome& o) {
+  json j{{"ok", !o.rolled_back},
+         {"upgrade", o.rolled_back ? "rolled_back" : "done"},
+         {"old_generation", o.old_generation},
+         {"new_generation", o.new_generation},
+         {"old_pid", o.old_pid},
+         {"new_pid", o.new_pid},
+         {"old_build", o.old_build},
+         {"new_build", o.new_build},
+         {"write_pause_ms", o.write_pause_ms},
+         {"elapsed_ms", o.elapsed_ms}};
+  if (o.rolled_back) {
+    j["reason"] = o.reason;
+    j["error"] =
+        absl::StrCat("rolled back after ", absl::FormatDuration(absl::Milliseconds(o.elapsed_ms)),
+                     ": ", o.reason);
+  }
+  return Line(j);
 }
 
 std::string DrainAnswer(uint64_t clients, uint32_t timeout_s) {

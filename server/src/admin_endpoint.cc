@@ -45,9 +45,19 @@ void ServerImpl::AcceptAdmin() {
 
 void ServerImpl::OnAdminReadable(AdminConn& a) {
   if (a.answered) {
-    // Only EOF/HUP is expected now; drain and ignore.
+    // Only EOF/HUP is expected now. An answer may still be coming (`clients`,
+    // `upgrade --wait`): after the client's EOF the connection is watched
+    // for its hang-up only (no busy loop on a readable EOF), and closed then.
     char sink[256];
-    while (recv(a.fd.get(), sink, sizeof(sink), MSG_DONTWAIT) > 0) {
+    ssize_t n;
+    while ((n = recv(a.fd.get(), sink, sizeof(sink), MSG_DONTWAIT)) > 0) {
+    }
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+      if (a.peer_eof) return CloseAdmin(a);  // a hang-up reported again: gone
+      a.peer_eof = true;
+      epoll_event ev{};
+      ev.data.u64 = a.id;  // no events asked for: EPOLLHUP/EPOLLERR only
+      epoll_ctl(epoll_fd_.get(), EPOLL_CTL_MOD, a.fd.get(), &ev);
     }
     return;
   }
@@ -149,7 +159,13 @@ void ServerImpl::AnswerAdmin(AdminConn& a) {
         a.out = AdminErrorAnswer("not implemented yet");
         break;
       }
-      upgrade_handler_(req->args.empty() ? std::nullopt : std::optional(req->args[0]), reply_later);
+      // Waiting for the outcome: the upgrade's own deadlines bound the wait,
+      // not the admin time-out.
+      if (req->wait) a.deadline = absl::InfiniteFuture();
+      upgrade_handler_(
+          Server::UpgradeRequest{req->args.empty() ? std::nullopt : std::optional(req->args[0]),
+                                 req->wait},
+          reply_later);
       return;
     case AdminCommand::kDrain:
       StartDrain(a, *req);

@@ -82,7 +82,7 @@ void ServerImpl::OnSignal() {
                        << ": live upgrade refused: the node is draining";
         } else if (upgrade_handler_) {
           LOG(INFO) << "SIGUSR2 from pid " << si.ssi_pid << ": live upgrade requested";
-          upgrade_handler_(std::nullopt,
+          upgrade_handler_(Server::UpgradeRequest{},
                            [](std::string answer) { LOG(INFO) << "upgrade: " << answer; });
         } else {
           LOG(WARNING) << "SIGUSR2: live upgrade is not implemented in this build; ignored";

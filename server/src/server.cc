@@ -143,9 +143,9 @@ const std::string& Server::admin_socket_path() const { return impl_->admin_path_
 uint64_t Server::generation() const { return impl_->opt_.generation; }
 Metrics& Server::metrics() { return impl_->metrics_; }
 void Server::SetUpgradeHandler(UpgradeHandler handler) {
-  impl_->upgrade_handler_ = [this, h = std::move(handler)](std::optional<std::string> binary,
+  impl_->upgrade_handler_ = [this, h = std::move(handler)](UpgradeRequest request,
                                                            std::function<void(std::string)> reply) {
-    h(*this, std::move(binary), std::move(reply));
+    h(*this, std::move(request), std::move(reply));
   };
 }
 void Server::RunOnControlThread(std::function<void()> task) {

@@ -94,6 +94,7 @@ struct AdminConn {
   std::string out;
   absl::Time deadline;
   bool answered = false;  // request parsed; `out` is (or will be) the answer
+  bool peer_eof = false;  // answered, and the client sent EOF: closed at its hang-up
   bool want_write = false;
 };
 
@@ -165,8 +166,7 @@ class ServerImpl {
   absl::Time drain_deadline_ = absl::InfiniteFuture();
   bool accepting_ = true;
   // Set by Server::SetUpgradeHandler (bound to the owning Server).
-  std::function<void(std::optional<std::string>, std::function<void(std::string)>)>
-      upgrade_handler_;
+  std::function<void(Server::UpgradeRequest, std::function<void(std::string)>)> upgrade_handler_;
   std::function<void(uint64_t)> on_move_ack_;
   std::function<std::vector<ExtraStat>()> extra_stats_;
   std::function<void()> before_deregister_;

@@ -21,15 +21,23 @@
 #
 # 1. The env file as shipped (listen on 0.0.0.0:7000, no advertise address):
 #    the node refuses to start and names --advertise_address.
-# 2. With KVNODE_ADVERTISE_ADDRESS=127.0.0.1 (what the env file's comments ask
+# 2. A reload that rolls back after the new process said Owned (O held at
+#    the o_owned fault point until its watchdog rolls back and kills N): the
+#    unit's main PID never names N and stays on O, which serves on, and
+#    ExecReload fails with the rollback's reason.
+# 3. With KVNODE_ADVERTISE_ADDRESS=127.0.0.1 (what the env file's comments ask
 #    the operator to set) and a small arena in KVNODE_OPTS: the node starts,
 #    authenticates clients with the token file, writes the pid file, keeps its
 #    database under the state directory; kvload --verify runs while the
-#    unit's ExecReload (kill -USR2 $MAINPID, $MAINPID from the pid file) does
-#    a live upgrade: a new pid serves generation 2 with the same arguments,
-#    the pid file names it, the clients moved, zero failed operations. Both
+#    unit's ExecReload does a live upgrade and reports it: a new pid serves
+#    generation 2 with the same arguments, the pid file and the unit's main
+#    PID name it, the clients moved, zero failed operations. Both
 #    processes run as the unit's user; the database, the pid file and the
 #    arena are that user's.
+# systemd's notify socket (NOTIFY_SOCKET) is imitated by systemd_unit.py
+# --notify: it logs what the node tells systemd and keeps the main PID, which
+# ExecReload gets as $MAINPID, and says when the main process dies (systemd
+# would then stop the unit).
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 unit=${KV_UNIT:-$repo/deploy/kvnode.service}
 unit_value() { python3 "$repo/tests/e2e/systemd_unit.py" --unit "$unit" --root "${root:-/}" --value "$1"; }
@@ -112,6 +120,16 @@ unit_command() {
   [[ ${#CMD[@]} -gt 0 ]] || kv_fail "no $key= command from $unit"
   kv_log "$key: ${CMD[*]}"
 }
+# systemd's notify socket and the main PID it keeps (systemd_unit.py --notify).
+mkdir -m 755 "$root/run/systemd"
+notify_sock=$root/run/systemd/notify
+main_pid_file=$root/main.pid
+notify_log=$root/notify.log
+python3 "$(dirname "$0")/systemd_unit.py" --notify "$notify_sock" --main_pid_file "$main_pid_file" \
+  --log "$notify_log" & # a background job: kv_cleanup ends it
+kv_wait_for 30 test -S "$notify_sock" || kv_fail "no notify socket at $notify_sock"
+main_pid() { cat "$main_pid_file"; }
+main_pid_is() { [[ $(main_pid) == "$1" ]]; }
 # start_unit LOG: runs the unit's ExecStart (this build's binary) in the background.
 start_unit() {
   unit_command ExecStart
@@ -119,9 +137,23 @@ start_unit() {
   KV_LOG=$1
   (
     ulimit -l "$memlock"
+    export NOTIFY_SOCKET=$notify_sock
     exec "${as_unit_user[@]}" "$KV_NODE_BIN" "${CMD[@]:1}"
   ) >"$KV_LOG" 2>&1 &
   KV_PID=$!
+  echo "$KV_PID" >"$main_pid_file"
+  echo "---- started $KV_PID" >>"$notify_log"
+}
+# reload OUT: the unit's ExecReload as its user ($MAINPID from the notify
+# socket's main PID; a kvctl it names is this build's); RELOAD_RC its status.
+kvctl_real=$KV_KVCTL
+[[ -n ${KV_NODE_BIN_REAL:-} ]] && kvctl_real=$(dirname "$KV_NODE_BIN_REAL")/kvctl
+reload() {
+  unit_command ExecReload --set "MAINPID=$(main_pid)"
+  [[ ${CMD[0]} == "$(dirname "$unit_exec")/kvctl" ]] && CMD[0]=$kvctl_real
+  RELOAD_RC=0
+  "${as_unit_user[@]}" "${CMD[@]}" >"$1" 2>&1 || RELOAD_RC=$?
+  kv_log "ExecReload exited $RELOAD_RC: $(tr '\n' ' ' <"$1")"
 }
 
 # --- 1. as shipped: no advertise address for a wildcard listener -> refused --
@@ -137,7 +169,44 @@ grep -q "advertise_address: required when --listen 0.0.0.0:7000 is a wildcard ad
 KV_PID=""
 kv_ok "as shipped (KVNODE_ADVERTISE_ADDRESS empty): refused, exit $rc: $(grep -o 'advertise_address: required when --listen [^ ]* is a wildcard address' "$KV_LOG")"
 
-# --- 2. configured: starts, serves, ExecReload upgrades it live ---------------
+# --- 2. a reload rolled back after Owned: the main PID stays on O -------------
+# O's watchdog fires 2 s after the 5 s Owned deadline, long before N's own
+# deadline for O's exit (30 s after Owned), which would kill the hung O.
+KV_SHM="kvnode-e2e-deploy-rb-$$"
+sed -i -e 's/^KVNODE_ADVERTISE_ADDRESS=.*/KVNODE_ADVERTISE_ADDRESS=127.0.0.1/' \
+  -e "s/^KVNODE_OPTS=.*/KVNODE_OPTS=--arena_size=$((32 << 20)) --shm_name=$KV_SHM \
+--upgrade_fault=o_owned:hang --upgrade_owned_deadline_ms=5000/" "$root/etc/kvnode/kvnode.env"
+start_unit "$root/rollback.log"
+UP_FIRST_PID=$KV_PID
+o=$KV_PID
+kv_wait_for 60 kv_admin ping || kv_fail "the node did not answer ping at $KV_ADMIN within 60 s"
+said_ready() { grep -q "^pid $o: READY=1" "$notify_log"; }
+kv_wait_for 30 said_ready || kv_fail "the node did not tell systemd READY=1: $(cat "$notify_log")"
+(
+  reload "$root/reload-rollback.out"
+  echo "$RELOAD_RC" >"$root/reload-rollback.rc"
+) &
+kv_wait_for 90 kv_stat_is rollbacks 1 || kv_fail "the reload did not roll back"
+grep -q "injected hang at o_owned" "$KV_LOG" || kv_fail "O did not stop at o_owned (after Owned)"
+n=$(sed -n 's/.*upgrade: spawned .* as pid \([0-9]*\).*/\1/p' "$KV_LOG" | tail -n 1)
+[[ -n $n ]] || kv_fail "no spawned new process in the log"
+kv_wait_for 30 up_gone "$n" || kv_fail "the new process $n outlived the rollback"
+kv_wait_for 10 main_pid_is "$o" ||
+  kv_fail "the unit's main PID is $(main_pid) after the rollback, not the serving process $o: \
+$(tr '\n' '|' <"$notify_log")"
+! grep -q "main PID $o -> $n" "$notify_log" ||
+  kv_fail "systemd was told the main PID is $n before $o committed: $(tr '\n' '|' <"$notify_log")"
+up_generation_is 1 && [[ $(up_ping_field pid) == "$o" ]] || kv_fail "$o does not serve generation 1"
+kv_wait_for 60 test -s "$root/reload-rollback.rc" || kv_fail "ExecReload still running"
+[[ $(<"$root/reload-rollback.rc") -ne 0 ]] ||
+  kv_fail "ExecReload exited 0 for an upgrade that rolled back: $(cat "$root/reload-rollback.out")"
+grep -q "rolled back.*stuck in step n_owned" "$root/reload-rollback.out" ||
+  kv_fail "ExecReload did not say why it failed: $(cat "$root/reload-rollback.out")"
+up_stop_node
+kv_ok "reload rolled back after Owned: main PID stayed $o (never $n), ExecReload failed: \
+$(tr '\n' ' ' <"$root/reload-rollback.out")"
+
+# --- 3. configured: starts, serves, ExecReload upgrades it live ---------------
 KV_SHM="kvnode-e2e-deploy-$$"
 sed -i -e 's/^KVNODE_ADVERTISE_ADDRESS=.*/KVNODE_ADVERTISE_ADDRESS=127.0.0.1/' \
   -e "s/^KVNODE_OPTS=.*/KVNODE_OPTS=--arena_size=$((32 << 20)) --shm_name=$KV_SHM/" \
@@ -174,11 +243,13 @@ kv_wait_for 120 clients_are 2 || kv_fail "kvload's clients did not connect"
 kv_wait_for 60 kv_stat_at_least ops_put 400 || kv_fail "no load"
 
 old=$KV_PID
-unit_command ExecReload --set "MAINPID=$(<"$pid_file")"
-"${as_unit_user[@]}" "${CMD[@]}" || kv_fail "ExecReload failed"
+reload "$root/reload.out"
+[[ $RELOAD_RC -eq 0 ]] || kv_fail "ExecReload failed"
 kv_wait_for 90 up_generation_is 2 || kv_fail "generation 2 did not answer within 90 s of ExecReload"
 new=$(up_ping_field pid)
 [[ $new != "$old" ]] || kv_fail "same pid $new after the upgrade"
+grep -q "generation 1 -> 2" "$root/reload.out" || kv_fail "ExecReload did not report the upgrade"
+kv_wait_for 10 main_pid_is "$new" || kv_fail "the unit's main PID is $(main_pid), not $new"
 kv_wait_for 30 up_gone "$old" || kv_fail "old process $old still alive 30 s after the upgrade"
 rc=0
 wait "$old" || rc=$?

@@ -58,6 +58,7 @@ grep -qx 'libdir=${prefix}/lib/x86_64-linux-gnu' "$root/$ml/pkgconfig/kvnode.pc"
   fail "kvnode.pc libdir: $(grep libdir= "$root/$ml/pkgconfig/kvnode.pc")"
 unit=$root/usr/lib/systemd/system/kvnode.service
 grep -qx 'ExecStart=/usr/bin/kvnode \\' "$unit" || fail "unit ExecStart: $(grep ExecStart "$unit")"
+grep -q '^ExecReload=/usr/bin/kvctl ' "$unit" || fail "unit ExecReload: $(grep ExecReload "$unit")"
 grep -qx 'EnvironmentFile=/etc/kvnode/kvnode.env' "$unit" || fail "unit EnvironmentFile"
 # The service's user, and what systemd must give it (checked running in the
 # VM by e2e_deb_unit).

@@ -21,6 +21,18 @@ and this script imitates (systemd.service(5), systemd.unit(5), systemd.exec(5)):
     value split at whitespace (zero or more words); unset variables are empty;
   - the command's prefixes (-, @, :, +, !) are refused: the unit uses none.
 The words are printed NUL-terminated.
+
+  systemd_unit.py --notify SOCKET --main_pid_file FILE --log FILE
+
+imitates the notify socket of a Type=notify, NotifyAccess=all service
+(sd_notify(3), systemd.service(5)) until killed: a datagram socket at SOCKET
+(mode 0777, as /run/systemd/notify), each message logged with its sender's pid
+("pid P: READY=1 MAINPID=N"). FILE holds the service's main PID: the test
+writes it when it starts the service, as systemd knows the process it forked,
+and a MAINPID= naming a live process replaces it (a dead one is refused, as
+systemd refuses an unsuitable main PID). When the main process dies the log
+says "main process P exited": systemd would then stop the unit and kill
+whatever else it runs (an upgrade's other process).
 """
 import argparse
 import os
@@ -90,7 +102,76 @@ def environment_file(path):
     return env
 
 
+def alive(pid):
+    """Running, not a zombie (the test's shell reaps the first process late)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def notify_socket(path, main_pid_file, log_path):
+    import socket
+    import struct
+
+    if os.path.exists(path):
+        os.unlink(path)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+    sock.bind(path)
+    os.chmod(path, 0o777)
+    sock.settimeout(0.05)  # how often the main process is looked at
+    log = open(log_path, "a", buffering=1)
+    main, dead = None, None
+
+    def read_main():
+        try:
+            with open(main_pid_file) as f:
+                return int(f.read().strip() or 0) or None
+        except (OSError, ValueError):
+            return None
+
+    def write_main(pid):
+        with open(main_pid_file + ".tmp", "w") as f:
+            f.write(f"{pid}\n")
+        os.rename(main_pid_file + ".tmp", main_pid_file)
+
+    while True:
+        main = read_main()
+        if main is not None and main != dead and not alive(main):
+            log.write(f"main process {main} exited: systemd would stop the unit\n")
+            dead = main
+        try:
+            data, anc, _, _ = sock.recvmsg(4096, socket.CMSG_SPACE(12))
+        except socket.timeout:
+            continue
+        sender = None
+        for level, kind, payload in anc:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
+                sender = struct.unpack("iII", payload[:12])[0]
+        fields = data.decode(errors="replace").split("\n")
+        log.write(f"pid {sender}: {' '.join(f for f in fields if f)}\n")
+        for f in fields:
+            if not f.startswith("MAINPID="):
+                continue
+            pid = int(f[len("MAINPID="):])
+            if not alive(pid):
+                log.write(f"MAINPID={pid} refused: no such process\n")
+            elif pid != main:
+                write_main(pid)
+                log.write(f"main PID {main} -> {pid}\n")
+
+
 def main():
+    if "--notify" in sys.argv:
+        ap = argparse.ArgumentParser()
+        ap.add_argument("--notify", required=True)
+        ap.add_argument("--main_pid_file", required=True)
+        ap.add_argument("--log", required=True)
+        a = ap.parse_args()
+        notify_socket(a.notify, a.main_pid_file, a.log)
+        return
     ap = argparse.ArgumentParser()
     ap.add_argument("--unit", required=True)
     ap.add_argument("--root", required=True)

@@ -34,7 +34,7 @@
 # -logs).
 #
 #   KV_FAULT_CELLS="n_ready:crash o_flush:crash"   cells to run (default: a CI
-#                                                   subset; "all" = 16 x 3)
+#                                                   subset; "all" = 17 x 3)
 #   KV_FAULT_SYNC_WRITES=true   the node's --sync_writes (default false). With
 #                               true, a write's window between RocksDB and the
 #                               arena is the whole fsync, so an O killed while
@@ -59,7 +59,7 @@ source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/upgrade_lib.sh"
 kv_require_device
 
-phases="o_spawn n_attach n_register n_ready o_pause o_flush o_handover n_open_db n_accepting o_move_clients o_close_db n_journal n_replay o_drain o_dereg o_exit"
+phases="o_spawn n_attach n_register n_ready o_pause o_flush o_handover n_open_db n_accepting o_owned o_move_clients o_close_db n_journal n_replay o_drain o_dereg o_exit"
 cells=${KV_FAULT_CELLS:-"n_ready:crash n_open_db:fail n_accepting:crash o_handover:crash o_move_clients:crash o_flush:hang o_close_db:hang n_replay:crash"}
 if [[ $cells == all ]]; then
   cells=""
@@ -86,6 +86,11 @@ expect_for() {
     o_spawn) case $a in crash) echo restart ;; *) echo rollback ;; esac ;;
     o_pause | o_flush | o_handover)
       case $a in crash | killed_in_heap) echo takeover ;; *) echo rollback ;; esac ;;
+    # o_owned: Owned received, not yet taken in. A failure there rolls back
+    # and kills an N that has said Owned. A hang meets two deadlines: O's
+    # watchdog (the pause limit + 2 s, 17 s here) and N's for O's exit (10 s
+    # after Owned here), which kills the hung O first: a takeover.
+    o_owned) case $a in fail) echo rollback ;; *) echo takeover ;; esac ;;
     # Past Owned on O's side. o_close_db: O keeps RocksDB open, so N opens it
     # after O's exit (crash, fail) or after killing it (hang).
     *) echo takeover ;;

@@ -60,7 +60,9 @@ grep -q "arena_layout_version: expected" "$KV_LOG" || kv_fail "A: N did not say 
 [[ $(kv_stat sessions_accepted) == "$accepted" ]] || kv_fail "A: a client noticed (new sessions)"
 kv_wait_for 30 up_not_in_progress || kv_fail "A: still in progress"
 
-"$KV_KVCTL" --admin_socket "$KV_ADMIN" upgrade --binary "$real" >/dev/null || kv_fail "A: kvctl upgrade"
+# --no_wait: the SIGUSR2 must come while this upgrade runs.
+"$KV_KVCTL" --admin_socket "$KV_ADMIN" upgrade --no_wait --binary "$real" >/dev/null ||
+  kv_fail "A: kvctl upgrade"
 kill -USR2 "$KV_PID"
 kv_wait_for 30 kv_stat_at_least upgrade_refused_total 1 || kv_fail "A: second request not refused"
 grep -q "refused: an upgrade is already in progress" "$KV_LOG" || kv_fail "A: refusal not logged"

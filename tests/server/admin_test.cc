@@ -24,6 +24,22 @@ TEST(AdminParse, KnownCommands) {
   ASSERT_EQ(up->args.size(), 1u);
   EXPECT_EQ(up->args[0], "/usr/bin/kvnode");
   EXPECT_TRUE(ParseAdminRequest("upgrade")->args.empty());
+  EXPECT_FALSE(ParseAdminRequest("upgrade")->wait);
+  EXPECT_FALSE(up->wait);
+}
+
+TEST(AdminParse, UpgradeWaitsForTheOutcomeWhenAsked) {
+  absl::StatusOr<AdminRequest> w = ParseAdminRequest("upgrade --wait\n");
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_TRUE(w->wait);
+  EXPECT_TRUE(w->args.empty());
+  w = ParseAdminRequest("upgrade --wait /usr/bin/kvnode");
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_TRUE(w->wait);
+  ASSERT_EQ(w->args.size(), 1u);
+  EXPECT_EQ(w->args[0], "/usr/bin/kvnode");
+  EXPECT_FALSE(ParseAdminRequest("upgrade --wait /a /b").ok());
+  EXPECT_FALSE(ParseAdminRequest("drain --wait")->wait);  // upgrade only
 }
 
 TEST(AdminParse, RejectsBadRequests) {
@@ -117,6 +133,36 @@ TEST(AdminRender, ErrorAndPing) {
   EXPECT_EQ(p["generation"], 5);
   EXPECT_EQ(p["listen"], "127.0.0.1:7000");
   EXPECT_EQ(p["build_id"], "0.1.0 (build g123)");
+  EXPECT_EQ(p["upgrade_wait"], true);  // kvctl upgrade asks `upgrade --wait` then
+}
+
+TEST(AdminRender, UpgradeOutcome) {
+  UpgradeOutcome o;
+  o.old_generation = 2;
+  o.new_generation = 3;
+  o.old_pid = 100;
+  o.new_pid = 200;
+  o.old_build = "build-a";
+  o.new_build = "build-b";
+  o.write_pause_ms = 78;
+  o.elapsed_ms = 1234.5;
+  json done = json::parse(UpgradeOutcomeAnswer(o));
+  EXPECT_EQ(done["ok"], true);
+  EXPECT_EQ(done["upgrade"], "done");
+  EXPECT_EQ(done["old_generation"], 2);
+  EXPECT_EQ(done["new_generation"], 3);
+  EXPECT_EQ(done["new_pid"], 200);
+  EXPECT_EQ(done["new_build"], "build-b");
+  EXPECT_EQ(done["write_pause_ms"], 78);
+  EXPECT_FALSE(done.contains("error"));
+  o.rolled_back = true;
+  o.reason = "waiting for Hello: connection closed";
+  o.elapsed_ms = 160;
+  json rb = json::parse(UpgradeOutcomeAnswer(o));
+  EXPECT_EQ(rb["ok"], false);
+  EXPECT_EQ(rb["upgrade"], "rolled_back");
+  EXPECT_EQ(rb["reason"], o.reason);
+  EXPECT_EQ(rb["error"], "rolled back after 160ms: waiting for Hello: connection closed");
 }
 
 TEST(AdminRender, InvalidUtf8DoesNotThrow) {

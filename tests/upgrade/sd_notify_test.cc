@@ -54,6 +54,8 @@ TEST(SdNotify, PathSocket) {
   EXPECT_EQ(sd.Next(), "READY=1");
   ASSERT_TRUE(SdNotifyNewMainPid(4242).ok());
   EXPECT_EQ(sd.Next(), "MAINPID=4242\nREADY=1");
+  ASSERT_TRUE(SdNotifyMainPid(4243).ok());
+  EXPECT_EQ(sd.Next(), "MAINPID=4243");
   ASSERT_TRUE(SdNotifyReloading().ok());
   EXPECT_EQ(sd.Next().rfind("RELOADING=1\nMONOTONIC_USEC=", 0), 0u);
   ASSERT_TRUE(SdNotifyStatus("upgrading to generation 3").ok());

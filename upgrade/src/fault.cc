@@ -18,9 +18,9 @@ namespace {
 using proto::wire::Av;
 
 constexpr std::array<std::string_view, kPhaseCount> kPhaseNames = {
-    "o_spawn",    "n_attach",  "n_register",  "n_ready",        "o_pause",    "o_flush",
-    "o_handover", "n_open_db", "n_accepting", "o_move_clients", "o_close_db", "n_journal",
-    "n_replay",   "o_drain",   "o_dereg",     "o_exit",
+    "o_spawn",    "n_attach",  "n_register",  "n_ready", "o_pause",        "o_flush",
+    "o_handover", "n_open_db", "n_accepting", "o_owned", "o_move_clients", "o_close_db",
+    "n_journal",  "n_replay",  "o_drain",     "o_dereg", "o_exit",
 };
 
 constexpr std::array<std::string_view, 3> kActionNames = {"crash", "hang", "fail"};

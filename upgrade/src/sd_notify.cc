@@ -61,6 +61,8 @@ absl::Status SdNotifyReloading() {
   return SdNotify(absl::StrCat("RELOADING=1\nMONOTONIC_USEC=", usec));
 }
 
+absl::Status SdNotifyMainPid(pid_t pid) { return SdNotify(absl::StrCat("MAINPID=", pid)); }
+
 absl::Status SdNotifyNewMainPid(pid_t pid) {
   return SdNotify(absl::StrCat("MAINPID=", pid, "\nREADY=1"));
 }

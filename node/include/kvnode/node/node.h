@@ -180,7 +180,7 @@ class OldSide {
  private:
   struct Attempt;
   struct SentRecords;
-  void OnRequest(std::optional<std::string> binary, std::function<void(std::string)> reply);
+  void OnRequest(server::Server::UpgradeRequest request, std::function<void(std::string)> reply);
   void RunUpgrade(std::shared_ptr<Attempt> a);
   // The upgrade thread's work until the point of no return, one method per
   // step in this order; an error from any of them rolls back.
@@ -211,6 +211,11 @@ class OldSide {
   // by the watchdog when that thread is stuck (then the order of the steps
   // changes so that N can still take over if O has to exit).
   void Rollback(Attempt& a, const absl::Status& why, bool by_watchdog);
+  // The outcome's figures known to every path (generations, pids, builds).
+  server::UpgradeOutcome OutcomeOf(Attempt& a, pid_t child_pid);
+  // Answers the attempt's waiting admin request, if any (once), and returns
+  // when the control thread has written it.
+  void Report(Attempt& a, const server::UpgradeOutcome& o);
   // One per attempt: fires when the upgrade thread overruns the deadline of
   // its current step, rolls back in its place (bounded), or exits.
   void Watchdog(std::shared_ptr<Attempt> a);

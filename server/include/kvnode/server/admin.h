@@ -29,6 +29,9 @@ const char* AdminCommandName(AdminCommand c);
 struct AdminRequest {
   AdminCommand command = AdminCommand::kPing;
   std::vector<std::string> args;  // `upgrade [BINARY]`, `drain [SECONDS]`: at most one
+  // `upgrade --wait [BINARY]`: answered once the upgrade has passed its point
+  // of no return or rolled back (UpgradeOutcomeAnswer), not when it starts.
+  bool wait = false;
 };
 
 // `drain [SECONDS]`: the node refuses new sessions, keeps serving the ones it
@@ -122,7 +125,9 @@ std::string AccessFlagsString(int access);
 
 // One line each, with the trailing '\n'.
 std::string AdminErrorAnswer(std::string_view message);
-// {"ok":true,"pong":true,"generation":G,"pid":P,"listen":"host:port"}
+// {"ok":true,"pong":true,"generation":G,"pid":P,"listen":"host:port",
+//  "build_id":"B","upgrade_wait":true}; upgrade_wait: `upgrade --wait` is
+// understood (older nodes do not say it, and take "--wait" for a binary).
 std::string AdminPingAnswer(uint64_t generation, int64_t pid, std::string_view listen,
                             std::string_view build_id);
 // {"ok":true,"drain":"started","clients":N,"timeout_s":T}
@@ -132,6 +137,26 @@ std::string ClientsAnswer(const std::vector<ClientRow>& rows);
 std::string MrsAnswer(const std::vector<MrRow>& rows, uint64_t pinned_bytes);
 // {"ok":true,"malloc_in_use_bytes":N,"malloc_free_bytes":N}
 std::string MemoryAnswer(const MemoryView& v);
+// How a live upgrade ended, for `upgrade --wait`, as the old process saw it.
+struct UpgradeOutcome {
+  bool rolled_back = false;
+  std::string reason;  // rolled back: why
+  uint64_t old_generation = 0;
+  uint64_t new_generation = 0;  // the one the upgrade was for
+  int64_t old_pid = 0;
+  int64_t new_pid = 0;  // 0 when none was started
+  std::string old_build;
+  std::string new_build;      // "" when none said Hello
+  double write_pause_ms = 0;  // writes paused -> Owned (0 when never paused)
+  double elapsed_ms = 0;      // the request -> Owned, or -> the rollback done
+};
+// Owned: {"ok":true,"upgrade":"done","old_generation":..,"new_generation":..,
+//   "old_pid":..,"new_pid":..,"old_build":..,"new_build":..,
+//   "write_pause_ms":..,"elapsed_ms":..}
+// rolled back: {"ok":false,"upgrade":"rolled_back","error":"rolled back after
+//   T: REASON","reason":REASON, and the same fields}
+std::string UpgradeOutcomeAnswer(const UpgradeOutcome& o);
+
 // Prometheus text exposition format (version 0.0.4), names prefixed kvnode_.
 std::string RenderPrometheus(const StatsView& v);
 

@@ -103,10 +103,17 @@ class Server {
 
   // --- Upgrade hooks (the live upgrade, docs/upgrade.md) ---------------------
   // Called on the control thread for SIGUSR2 (binary = nullopt) and for the
-  // admin command `upgrade [BINARY]`; `reply` (call once, any thread) takes
-  // the admin answer line (JSON + '\n'); for SIGUSR2 it only logs. Without a
-  // handler, `upgrade` is answered {"ok":false,"error":"not implemented yet"}.
-  using UpgradeHandler = std::function<void(Server& server, std::optional<std::string> binary,
+  // admin command `upgrade [--wait] [BINARY]`; `reply` (call once, any
+  // thread) takes the admin answer line (JSON + '\n'): at the start, or with
+  // `wait` at the outcome (the admin connection is then kept open without a
+  // deadline: the handler's own deadlines bound it); for SIGUSR2 it only
+  // logs. Without a handler, `upgrade` is answered {"ok":false,"error":"not
+  // implemented yet"}.
+  struct UpgradeRequest {
+    std::optional<std::string> binary;  // nullopt: the node's --upgrade_binary
+    bool wait = false;
+  };
+  using UpgradeHandler = std::function<void(Server& server, UpgradeRequest request,
                                             std::function<void(std::string)> reply)>;
   void SetUpgradeHandler(UpgradeHandler handler);  // before Run()
 

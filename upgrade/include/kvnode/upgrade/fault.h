@@ -43,6 +43,7 @@ enum class Phase : uint8_t {
   kOHandover,     // O: RocksDB released, before sending HandOver
   kNOpenDb,       // N: HandOver received, before becoming the writer (journal; RocksDB if alone)
   kNAccepting,    // N: the writer, before accepting and sending Owned
+  kOOwned,        // O: Owned received, before the point of no return (a rollback still can)
   kOMoveClients,  // O: Owned received, before telling clients to move
   kOCloseDb,      // O: clients moved or cut, before closing RocksDB and sending Released
   kNJournal,      // N: Owned sent, journaling writes, before waiting for Released
@@ -51,7 +52,7 @@ enum class Phase : uint8_t {
   kODereg,        // O: QPs drained, before deregistering MRs / closing the device
   kOExit,         // O: Gone sent, before exit(0)
 };
-inline constexpr int kPhaseCount = 16;
+inline constexpr int kPhaseCount = 17;
 
 // "o_spawn", ...
 std::string_view PhaseName(Phase p);
