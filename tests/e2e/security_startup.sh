@@ -15,10 +15,15 @@
 # without one, or starts where there is one). A wildcard --listen without
 # --advertise_address is refused the same way (a live upgrade would send
 # remote clients to their own host).
+# Where there is a verbs device (the guest): symbolic links planted under the
+# write journal's names in the node's own database directory are never
+# written through (the file they point at keeps its bytes).
 set -euo pipefail
 KV_BUILD=${KVNODE_BUILD_DIR:?KVNODE_BUILD_DIR must point at the build directory}
 NODE=${KV_NODE_BIN:-$KV_BUILD/node/kvnode}
 TEST=security_startup
+# kv_active_device
+source "$(dirname "${BASH_SOURCE[0]}")/../../deploy/lib.sh"
 log() { echo "[$TEST $(date +%H:%M:%S)] $*" >&2; }
 fail() {
   log "FAIL: $*"
@@ -208,5 +213,38 @@ if [[ $out == "STARTED" ]]; then
   log "ok: 0600 token accepted (the node started: there is a device here)"
 else
   log "ok: 0600 token accepted; the node then stopped at: $(grep -m1 'cannot start' "$dir/good.log" || tail -n 1 "$dir/good.log")"
+fi
+
+# --- symbolic links under the write journal's names in the node's own
+# database directory (0700): the spare's temporary name is written at every
+# start, the spare's is replaced, the journal's own is read at every start.
+# Needs a device: the store opens after it.
+if dev=$(kv_active_device); then
+  victim=$dir/victim
+  echo "a file the node's user can write, not the node's" >"$victim"
+  sum=$(md5sum <"$victim")
+  db=$dir/db-links
+  mkdir -m 700 "$db"
+  ln -s "$victim" "$db/kvnode-writes.journal.spare.tmp"
+  ln -s "$victim" "$db/kvnode-writes.journal.spare"
+  out=$(DB_PATH=$db run_node "$dir/token" links) || true
+  [[ $out == STARTED ]] || { cat "$dir/links.log" >&2; fail "links: the node did not start"; }
+  [[ $(md5sum <"$victim") == "$sum" ]] || fail "links: the file behind a link was written ($(stat -c %s "$victim") bytes)"
+  [[ -f $db/kvnode-writes.journal.spare && ! -L $db/kvnode-writes.journal.spare ]] ||
+    fail "links: the spare journal is not a regular file: $(ls -l "$db")"
+  [[ ! -e $db/kvnode-writes.journal.spare.tmp ]] || fail "links: the spare's temporary name is left"
+  log "ok: links at the spare journal's names on $dev: replaced by a regular file, their target unchanged"
+  db=$dir/db-journal-link
+  mkdir -m 700 "$db"
+  ln -s "$victim" "$db/kvnode-writes.journal"
+  rc=0
+  out=$(DB_PATH=$db run_node "$dir/token" journal-link) || rc=$?
+  [[ $out != STARTED && $rc -ne 0 ]] || { cat "$dir/journal-link.log" >&2; fail "journal-link: the node started"; }
+  re="$db/kvnode-writes.journal is a symbolic link"
+  grep -qF "$re" "$dir/journal-link.log" || { cat "$dir/journal-link.log" >&2; fail "journal-link: no message '$re'"; }
+  [[ $(md5sum <"$victim") == "$sum" && -L $db/kvnode-writes.journal ]] || fail "journal-link: the link or its target changed"
+  log "ok: journal-link refused (exit $rc): $(grep -oF "$re" "$dir/journal-link.log" | head -n 1)"
+else
+  log "skip: the journal's names (needs a verbs device: run e2e_security_startup in deploy/rxe-vm)"
 fi
 echo "security_startup: PASS"
