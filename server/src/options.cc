@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "kvnode/base/own_dir.h"
 #include "kvnode/proto/control.h"
 #include "kvnode/storage/format.h"
 
@@ -24,18 +25,10 @@ absl::Status Bad(const char* flag, const std::string& why) {
 }
 
 // Creates `dir` with mode 0700 if missing; OK if it exists, is ours and is a
-// directory that nobody else can write.
+// directory that nobody else can access, and we can write it.
 absl::Status EnsurePrivateDir(const std::string& dir) {
-  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
-    return absl::PermissionDeniedError(absl::StrCat("mkdir ", dir, ": ", strerror(errno)));
-  }
-  struct stat st {};
-  if (lstat(dir.c_str(), &st) != 0) {
-    return absl::InternalError(absl::StrCat("stat ", dir, ": ", strerror(errno)));
-  }
-  if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 0077) != 0) {
-    return absl::PermissionDeniedError(
-        absl::StrCat(dir, " is not a directory owned by uid ", geteuid(), " with mode 0700"));
+  if (absl::Status s = base::EnsureOwnDirectory("the default --admin_socket", dir, 0077); !s.ok()) {
+    return s;
   }
   if (access(dir.c_str(), W_OK | X_OK) != 0) {
     return absl::PermissionDeniedError(absl::StrCat(dir, " is not writable"));
@@ -231,30 +224,7 @@ absl::Status EnsureNodeFileDir(const char* flag, const std::string& path) {
   const std::string dir = slash == std::string::npos ? std::string(".")
                           : slash == 0               ? std::string("/")
                                                      : path.substr(0, slash);
-  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
-    return absl::PermissionDeniedError(
-        absl::StrCat(flag, " ", path, ": mkdir ", dir, ": ", strerror(errno)));
-  }
-  struct stat st {};
-  if (lstat(dir.c_str(), &st) != 0) {
-    return absl::PermissionDeniedError(
-        absl::StrCat(flag, " ", path, ": stat ", dir, ": ", strerror(errno)));
-  }
-  const uid_t me = geteuid();
-  std::string why;
-  if (!S_ISDIR(st.st_mode)) {
-    why = S_ISLNK(st.st_mode) ? "is a symbolic link" : "is not a directory";
-  } else if (st.st_uid != me) {
-    why = absl::StrCat("is owned by uid ", st.st_uid, ", not by this node's uid ", me);
-  } else if ((st.st_mode & 0077) != 0) {
-    why = absl::StrFormat("has mode %04o: group/others have access", st.st_mode & 07777);
-  }
-  if (!why.empty()) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        flag, " ", path, ": directory ", dir, " ", why, "; it must be a directory owned by uid ",
-        me, " with mode 0700 (whoever can write it can replace the file)"));
-  }
-  return absl::OkStatus();
+  return base::EnsureOwnDirectory(absl::StrCat(flag, " ", path), dir, 0077);
 }
 
 absl::StatusOr<std::string> ReadAuthTokenFile(const std::string& path) {

@@ -1,9 +1,20 @@
 // Starting a node: Init and its steps in order, and the live-upgrade new
 // side's two-part start (InitForTakeover, CompleteTakeover).
+#include "kvnode/base/own_dir.h"
 #include "server_impl.h"
 
 namespace kvnode::server {
 namespace {
+
+// --db_path is where the node creates its write journal by name (and RocksDB
+// its files): it must be the node's own, and nobody else may write it
+// (reading is left to the operator: the node's files are 0600 whatever its
+// umask). Checked at the start, when it exists, to refuse before anything is
+// created; and again, creating it 0700 if missing, just before the store
+// opens it, so that nobody can create it in between.
+absl::Status CheckDbDir(const std::string& db_path, base::MissingDir missing) {
+  return base::EnsureOwnDirectory(absl::StrCat("--db_path ", db_path), db_path, 0022, missing);
+}
 
 // What is at --pid_file's name must be nothing or this uid's regular file: a
 // symbolic link is refused, not replaced or followed, and its target left
@@ -76,6 +87,7 @@ absl::Status ServerImpl::Init(InheritedSockets inherited) {
   if (absl::Status s = InitDevice(); !s.ok()) return s;
 
   // Storage (opens RocksDB; re-attaches a clean arena or rebuilds it).
+  if (absl::Status s = CheckDbDir(opt_.db_path, base::MissingDir::kCreate); !s.ok()) return s;
   const absl::Time t0 = absl::Now();
   absl::StatusOr<std::unique_ptr<storage::Store>> store = storage::Store::Open(store_options_);
   if (!store.ok()) return store.status();
@@ -121,6 +133,7 @@ absl::Status ServerImpl::Init(InheritedSockets inherited) {
 
 absl::Status ServerImpl::InitForTakeover(const std::function<absl::Status()>& after_attach) {
   if (absl::Status s = InitSignalsAndAuth(); !s.ok()) return s;
+  if (absl::Status s = CheckDbDir(opt_.db_path, base::MissingDir::kCreate); !s.ok()) return s;
   // The live arena first (O(1), reads no data): O keeps serving from it.
   const absl::Time t0 = absl::Now();
   absl::StatusOr<std::unique_ptr<storage::Store>> store =
@@ -207,7 +220,7 @@ absl::Status ServerImpl::InitSignalsAndAuth() {
     if (absl::Status s = EnsureNodeFileDir("--pid_file", opt_.pid_file); !s.ok()) return s;
     if (absl::Status s = CheckPidFileName(opt_.pid_file); !s.ok()) return s;
   }
-  return absl::OkStatus();
+  return CheckDbDir(opt_.db_path, base::MissingDir::kAccept);
 }
 
 absl::Status ServerImpl::InitSockets(InheritedSockets inherited) {

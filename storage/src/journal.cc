@@ -44,6 +44,27 @@ absl::Status RenameSynced(const std::string& from, const std::string& to) {
   return SyncDir(to);
 }
 
+// Opens one of the journal's files that exists (the journal, its spare, the
+// retired one) without following a symbolic link at its name (nor blocking
+// on a FIFO): NotFound when there is nothing, FailedPrecondition naming it
+// when what is there is not a regular file. The database directory is the
+// node's own (checked at start), so a link there is a mistake or an attack:
+// writing through it would truncate or fill a file of someone's choice.
+absl::StatusOr<base::UniqueFd> OpenExisting(const std::string& path, int flags) {
+  base::UniqueFd fd(::open(path.c_str(), flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  struct stat st {};
+  if (!fd.valid() && errno != ELOOP) return base::ErrnoStatus(errno, absl::StrCat("open ", path));
+  if (fd.valid() && ::fstat(fd.get(), &st) != 0) {
+    return base::ErrnoStatus(errno, absl::StrCat("stat ", path));
+  }
+  if (!fd.valid() || !S_ISREG(st.st_mode)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        path, fd.valid() ? " is not a regular file" : " is a symbolic link",
+        ": not followed (the node's files in its database directory are regular files)"));
+  }
+  return fd;
+}
+
 absl::Status WriteAll(int fd, const char* p, size_t n, uint64_t off, const std::string& path) {
   while (n > 0) {
     const ssize_t w = ::pwrite(fd, p, n, static_cast<off_t>(off));
@@ -105,9 +126,14 @@ absl::StatusOr<uint64_t> FileSize(int fd, const std::string& path) {
 }
 
 // A new file at `path` (replacing one there), `bytes` long, allocated, with
-// the header and nothing after it, synced (the directory is not).
+// the header and nothing after it, synced (the directory is not). Whatever
+// was at the name is unlinked and the file created O_EXCL | O_NOFOLLOW: a
+// symbolic link there is removed, never written through.
 absl::StatusOr<base::UniqueFd> AllocateEmpty(const std::string& path, uint64_t bytes) {
-  base::UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+    return base::ErrnoStatus(errno, absl::StrCat("remove ", path, " to create it anew"));
+  }
+  base::UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
   if (!fd.valid()) return base::ErrnoStatus(errno, absl::StrCat("create ", path));
   // Blocks allocated up front (they read as zeros), so that an append never
   // grows the file or runs out of space; zeros written where the file system
@@ -168,29 +194,33 @@ std::string WriteJournal::SparePathFor(const std::string& path) {
 absl::StatusOr<std::unique_ptr<WriteJournal>> WriteJournal::TakeSpare(const std::string& path,
                                                                       uint64_t bytes) {
   const std::string spare = SparePathFor(path);
-  base::UniqueFd fd(::open(spare.c_str(), O_RDWR | O_CLOEXEC));
-  if (!fd.valid()) {
-    if (errno == ENOENT) return nullptr;
-    return base::ErrnoStatus(errno, absl::StrCat("open ", spare));
+  absl::StatusOr<base::UniqueFd> fd = OpenExisting(spare, O_RDWR);
+  if (absl::IsNotFound(fd.status())) return nullptr;
+  if (absl::IsFailedPrecondition(fd.status())) {  // a link: removed, the spare made anew
+    if (absl::Status s = Remove(spare); !s.ok()) return s;
+    return nullptr;
   }
-  absl::StatusOr<bool> fits = IsEmptyJournal(fd.get(), bytes, spare);
+  if (!fd.ok()) return fd.status();
+  absl::StatusOr<bool> fits = IsEmptyJournal(fd->get(), bytes, spare);
   if (!fits.ok()) return fits.status();
   if (!*fits) {  // another --upgrade_journal_mb, or not one of ours
     if (absl::Status s = Remove(spare); !s.ok()) return s;
     return nullptr;
   }
   if (absl::Status s = RenameSynced(spare, path); !s.ok()) return s;
-  return std::unique_ptr<WriteJournal>(new WriteJournal(path, std::move(fd), bytes));
+  return std::unique_ptr<WriteJournal>(new WriteJournal(path, std::move(*fd), bytes));
 }
 
 absl::Status WriteJournal::MakeSpare(const std::string& path, uint64_t bytes) {
   const std::string spare = SparePathFor(path);
-  base::UniqueFd fd(::open(spare.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.valid()) {
-    absl::StatusOr<bool> fits = IsEmptyJournal(fd.get(), bytes, spare);
+  // A link or anything else at the spare's name is replaced by the rename
+  // below (the name, not what it points at).
+  absl::StatusOr<base::UniqueFd> fd = OpenExisting(spare, O_RDONLY);
+  if (fd.ok()) {
+    absl::StatusOr<bool> fits = IsEmptyJournal(fd->get(), bytes, spare);
     if (!fits.ok() || *fits) return fits.status();
-  } else if (errno != ENOENT) {
-    return base::ErrnoStatus(errno, absl::StrCat("open ", spare));
+  } else if (!absl::IsNotFound(fd.status()) && !absl::IsFailedPrecondition(fd.status())) {
+    return fd.status();
   }
   const std::string tmp = absl::StrCat(spare, ".tmp");
   absl::StatusOr<base::UniqueFd> made = AllocateEmpty(tmp, bytes);
@@ -200,8 +230,9 @@ absl::Status WriteJournal::MakeSpare(const std::string& path, uint64_t bytes) {
 
 absl::Status WriteJournal::Recycle(const std::string& path, uint64_t written) {
   const std::string retired = RetiredPathFor(path);
-  base::UniqueFd fd(::open(retired.c_str(), O_RDWR | O_CLOEXEC));
-  if (!fd.valid()) return base::ErrnoStatus(errno, absl::StrCat("open ", retired));
+  absl::StatusOr<base::UniqueFd> opened = OpenExisting(retired, O_RDWR);
+  if (!opened.ok()) return opened.status();
+  base::UniqueFd fd = std::move(*opened);
   absl::StatusOr<uint64_t> size = FileSize(fd.get(), retired);
   if (!size.ok()) return size.status();
   char magic[sizeof(kMagic)];
@@ -281,11 +312,10 @@ absl::StatusOr<std::vector<std::vector<JournalOp>>> WriteJournal::ReadFrom(const
                                                                            uint64_t* end) {
   std::vector<std::vector<JournalOp>> out;
   *end = std::max<uint64_t>(from, kHeaderSize);
-  base::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) {
-    if (errno == ENOENT) return out;
-    return base::ErrnoStatus(errno, absl::StrCat("open ", path));
-  }
+  absl::StatusOr<base::UniqueFd> opened = OpenExisting(path, O_RDONLY);
+  if (absl::IsNotFound(opened.status())) return out;
+  if (!opened.ok()) return opened.status();
+  const base::UniqueFd fd = std::move(*opened);
   std::string header;
   if (absl::Status s = ReadAt(fd.get(), 0, kHeaderSize, &header, path); !s.ok()) return s;
   // A file cut short before its header was written (a crash while creating

@@ -5,7 +5,8 @@
 # systemd does with them (EnvironmentFile= variables, %S %t %E specifiers);
 # the directories systemd would create (StateDirectory=, RuntimeDirectory=,
 # both 0700) and /etc/kvnode (the env file, the token) live under a temp root.
-# Only the binary's path is this build's instead of /usr/local/bin/kvnode.
+# Only the binary is this build's, a copy under the temp root's
+# /usr/local/bin/kvnode.
 # KV_UNIT, KV_UNIT_ENV, KV_UNIT_EXEC (the unit, its env file, the ExecStart
 # binary it names) and KV_NODE_BIN_REAL select another unit: e2e_deb_unit
 # runs the one the .deb installs (package_deb unpacks it).
@@ -95,6 +96,11 @@ as_unit_user=(setpriv --reuid="$user" --regid="$group" --init-groups --)
 # postinst for /etc/kvnode and the token. The temp root stands for /, whose
 # directories anyone may traverse.
 chmod 755 "$root" "$root/var" "$root/var/lib" "$root/run" "$root/etc"
+# The unit's user may not reach this build (a checkout in a private directory)
+# and a live upgrade re-executes the binary: it is installed where ExecStart
+# names it, under the temp root, as the package would.
+(umask 022 && install -D -m 755 "$KV_NODE_BIN" "$root$unit_exec")
+KV_NODE_BIN=$root$unit_exec
 chown "$user:$group" "$root/var/lib/kvnode" "$root/run/kvnode" "$KV_TOKEN"
 chown "root:$group" "$root/etc/kvnode"
 chmod 750 "$root/etc/kvnode"

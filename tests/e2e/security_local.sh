@@ -28,6 +28,13 @@ as_nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }
 
 base=$(mktemp -d "/tmp/kv-e2e-$KV_TEST.XXXXXX")
 chmod 755 "$base"
+# The node runs as nobody, who may not reach this build (a checkout in a
+# directory only its owner can enter: root's home, a mktemp -d); a live
+# upgrade re-executes the node's own binary. So the binary comes from a
+# directory of this test's own that nobody can enter and read.
+install -d -m 755 "$base/bin"
+install -m 755 "$KV_NODE_BIN" "$base/bin/kvnode"
+KV_NODE_BIN=$base/bin/kvnode
 KV_DIR="$base/nobody"
 mkdir -m 700 "$KV_DIR"
 chown 65534:65534 "$KV_DIR"

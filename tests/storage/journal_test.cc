@@ -248,6 +248,68 @@ TEST(WriteJournalTest, ARecycledJournalHoldsNoOldRecord) {
   EXPECT_EQ((*read)[0], OneWrite(0));
 }
 
+// A symbolic link planted under any of the journal's names (the spare's
+// temporary name is written at every start) is never written through: the
+// file it points at keeps its bytes, the link is replaced by a regular file
+// or refused with an error that names it.
+std::string Contents(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+bool IsRegularFile(const std::string& path) {
+  struct stat st {};
+  return ::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+TEST(WriteJournalTest, LinksAtItsNamesAreNeverFollowed) {
+  TempStore t;
+  const std::string path = (t.dir() / "journal").string();
+  const std::string spare = WriteJournal::SparePathFor(path);
+  const std::string victim = (t.dir() / "victim").string();
+  std::ofstream(victim) << "someone else's file";
+  const std::string before = Contents(victim);
+
+  // The spare's temporary name, written by MakeSpare: the link is replaced.
+  ASSERT_EQ(::symlink(victim.c_str(), (spare + ".tmp").c_str()), 0);
+  absl::Status s = WriteJournal::MakeSpare(path, 4 << 20);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_TRUE(Contents(victim) == before)
+      << "written through a link: now " << SizeOf(victim) << " bytes";
+  EXPECT_TRUE(IsRegularFile(spare));
+  EXPECT_EQ(SizeOf(spare), 4 << 20);
+
+  // The spare's name: MakeSpare and Create put a journal there, not through it.
+  ASSERT_EQ(::unlink(spare.c_str()), 0);
+  ASSERT_EQ(::symlink(victim.c_str(), spare.c_str()), 0);
+  ASSERT_TRUE(WriteJournal::MakeSpare(path, 4 << 20).ok());
+  EXPECT_TRUE(IsRegularFile(spare));
+  ASSERT_EQ(::unlink(spare.c_str()), 0);
+  ASSERT_EQ(::symlink(victim.c_str(), spare.c_str()), 0);
+  auto j = WriteJournal::Create(path, 4 << 20);
+  ASSERT_TRUE(j.ok()) << j.status();
+  EXPECT_TRUE(IsRegularFile(path));
+  EXPECT_FALSE(Exists(spare));
+  EXPECT_TRUE(Contents(victim) == before)
+      << "written through a link: now " << SizeOf(victim) << " bytes";
+  j->reset();
+
+  // The journal's own name and the retired one: refused, naming the link.
+  ASSERT_EQ(::unlink(path.c_str()), 0);
+  ASSERT_EQ(::symlink(victim.c_str(), path.c_str()), 0);
+  auto read = WriteJournal::ReadAll(path);
+  EXPECT_EQ(read.status().code(), absl::StatusCode::kFailedPrecondition) << read.status();
+  EXPECT_NE(read.status().message().find(path + " is a symbolic link"), std::string::npos)
+      << read.status();
+  EXPECT_FALSE(WriteJournal::Create(path, 4 << 20).ok());
+  const std::string retired = WriteJournal::RetiredPathFor(path);
+  ASSERT_EQ(::symlink(victim.c_str(), retired.c_str()), 0);
+  s = WriteJournal::Recycle(path, 4 << 20);
+  EXPECT_NE(s.message().find(retired + " is a symbolic link"), std::string::npos) << s;
+  EXPECT_TRUE(Contents(victim) == before)
+      << "written through a link: now " << SizeOf(victim) << " bytes";
+}
+
 // The switch as the two processes of an upgrade run it (here in one process,
 // two stores on the same database and arena).
 // The old side: writes Key(0..99) and lets RocksDB go (closed for the

@@ -33,7 +33,9 @@ struct ServerOptions {
   // --gid_index. Default -1: automatic (IPv4-mapped RoCE v2 GID).
   int gid_index = -1;
 
-  // --db_path. RocksDB directory. Required (no default).
+  // --db_path. RocksDB directory. Required (no default). It must be this
+  // uid's own directory, not a symbolic link, that group and others cannot
+  // write (base::EnsureOwnDirectory with 0022); created 0700 when missing.
   std::string db_path = "";
   // --sync_writes. fsync the WAL before a write is acknowledged. Default true.
   bool sync_writes = true;
