@@ -29,6 +29,7 @@ deploy/install-deps.sh
 
 section "layout and format"
 deploy/dev/check-layout.sh
+deploy/dev/check-prose.sh
 find base rdma storage proto upgrade server node client tools tests \( -name '*.cc' -o -name '*.h' \) \
   -print0 | xargs -0 clang-format --dry-run --Werror
 echo "clang-format: clean"

@@ -189,8 +189,8 @@ if [[ $mode == --inner ]]; then
   # Ready) counts a fresh kvload's own QP set-up and, after a restart, the new
   # node's first verbs calls; under TCG on a loaded host these take longer,
   # and the node answered ClientQp with Goodbye ("handshake not finished
-  # within 5s (state connecting); cut"), which ended kvload's run (1e5 keys,
-  # session 3). The benchmark measures the upgrade, not that guard. (The
+  # within 5s (state connecting); cut"), which ended kvload's run (seen at
+  # 1e5 keys). The benchmark measures the upgrade, not that guard. (The
   # other cause of that Goodbye: see events_run.)
   start_node() {
     "${node_pin[@]}" "$node" --listen "$node_host:$port" "${qp_flags[@]}" --db_path "$dir/db" --shm_name "$shm" "${arena_flag[@]}" \
@@ -362,7 +362,7 @@ PY
     # longer than BENCH_AT_S, and a first event inside kvload's initial
     # connect ended its run (a SIGTERM'd node says Goodbye to a client in
     # state connecting, and kvload gives up on its first connect: "answered
-    # ClientQp with Goodbye", also the session-2 Goodbye).
+    # ClientQp with Goodbye").
     end=$((SECONDS + 300))
     while ((ready < nclients && SECONDS < end)); do
       if log_await 1 "session ready: client "; then
