@@ -1259,12 +1259,19 @@ def print_table(title, header, rows):
 # the commands
 
 
+def dumps(fig):
+    """The JSON text: indented, with each list of numbers (a figure) on one line."""
+    text = json.dumps(fig, indent=1, ensure_ascii=False)
+    return re.sub(r"\[\s*((?:-?[\d.eE+-]+|null)(?:,\s*(?:-?[\d.eE+-]+|null))*)\s*\]",
+                  lambda m: "[" + ", ".join(x.strip() for x in m.group(1).split(",")) + "]",
+                  text) + "\n"
+
+
 def write_json(d, out, plots):
     fig = extract(d, plots)
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     with open(out, "w") as f:
-        json.dump(fig, f, indent=1, ensure_ascii=False)
-        f.write("\n")
+        f.write(dumps(fig))
     print(f"plot-bench: wrote {out}" + (f"; plots: {', '.join(fig['plots'])}" if fig["plots"] else ""))
     return 0
 
