@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The README's run command: installs the dependencies, builds, starts kvnode
-# on a verbs device (inside deploy/rxe-vm, Soft-RoCE, when this host has
+# on a verbs device (inside deploy/vm/rxe-vm, Soft-RoCE, when this host has
 # none), preloads keys, runs `kvload --verify` with a live progress line,
 # prints the summary and `kvctl stats`, and stops the node cleanly (SIGTERM,
 # exit 0).
@@ -159,6 +159,6 @@ if dev=$(kv_active_device); then
   echo "== verbs device $dev found: running natively"
   KVNODE_BUILD_DIR=$build exec deploy/demo.sh --inner
 fi
-echo "== no verbs device on this host: running in deploy/rxe-vm (Soft-RoCE rxe0 in a QEMU guest)"
-exec deploy/rxe-vm --rw "$build" -- env KVNODE_BUILD_DIR="$build" \
+echo "== no verbs device on this host: running in deploy/vm/rxe-vm (Soft-RoCE rxe0 in a QEMU guest)"
+exec deploy/vm/rxe-vm --rw "$build" -- env KVNODE_BUILD_DIR="$build" \
   DEMO_DURATION="${DEMO_DURATION:-15}" "$PWD/deploy/demo.sh" --inner

@@ -17,11 +17,11 @@ PACKAGES=(
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
   strace # tests/e2e/log_time_zone.sh: what the node's log lines read
-  clang libclang-rt-14-dev # fuzzing: deploy/fuzz.sh, tests/fuzz (libFuzzer, ASan, UBSan)
-  redis-server redis-tools gnuplot-nox # deploy/bench-all.sh: Redis on loopback TCP, the plots
+  clang libclang-rt-14-dev # fuzzing: deploy/dev/fuzz.sh, tests/fuzz (libFuzzer, ASan, UBSan)
+  redis-server redis-tools gnuplot-nox # deploy/bench/bench-all.sh: Redis on loopback TCP, the plots
   # the VM test bed (the kernel package is only downloaded and extracted)
   qemu-system-x86 busybox-static cpio kmod
-  # deploy/rxe-vm --two-host adds no package: inside its guests iproute2
+  # deploy/vm/rxe-vm --two-host adds no package: inside its guests iproute2
   # (above) gives `ip link set eth0 down/up`, `tc qdisc ... netem` and nstat,
   # and the modules virtio_net (the link) and sch_netem come from the same
   # kernel package as rdma_rxe.

@@ -2,9 +2,9 @@
 # The test command: installs what the build needs, builds from scratch into
 # build/, runs the unit tests on the host and the device tests (ctest labels
 # rdma and e2e) on a real verbs device: natively when this host has an ACTIVE
-# one, otherwise inside deploy/rxe-vm (Soft-RoCE in a QEMU guest), then the
+# one, otherwise inside deploy/vm/rxe-vm (Soft-RoCE in a QEMU guest), then the
 # two-host tests (ctest label twohost: node and clients on two guests of
-# deploy/rxe-vm --two-host joined by one virtual link; their short variants),
+# deploy/vm/rxe-vm --two-host joined by one virtual link; their short variants),
 # then the README's demo (deploy/demo.sh --no-build) the same way, then the
 # fuzz targets; the clang builds (thread-safety analysis, fuzz targets) run in
 # the background meanwhile. Fails when any device test was skipped instead of
@@ -28,7 +28,8 @@ filter=()
 deploy/install-deps.sh
 
 section "layout and format"
-deploy/check-layout.sh
+deploy/dev/check-layout.sh
+deploy/dev/check-prose.sh
 find base rdma storage proto upgrade server node client tools tests \( -name '*.cc' -o -name '*.h' \) \
   -print0 | xargs -0 clang-format --dry-run --Werror
 echo "clang-format: clean"
@@ -59,7 +60,7 @@ else
   section "in the background at nice 19: clang -Wthread-safety (build-tsa/), the fuzz build (build-fuzz/)"
   export jobs
   export -f tsa_build
-  setsid -w nice -n 19 bash -c 'tsa_build && deploy/fuzz.sh --build-only' >build/background.log 2>&1 &
+  setsid -w nice -n 19 bash -c 'tsa_build && deploy/dev/fuzz.sh --build-only' >build/background.log 2>&1 &
   bg_pid=$!
   trap 'kill -- -"$bg_pid" 2>/dev/null || true' EXIT
 fi
@@ -75,12 +76,12 @@ if dev=$(kv_active_device); then
   rc=0
   (cd build && "${device_ctest[@]}") | tee build/device.log || rc=$?
 else
-  section "device tests (no verbs device on this host: Soft-RoCE rxe0 in deploy/rxe-vm)"
+  section "device tests (no verbs device on this host: Soft-RoCE rxe0 in deploy/vm/rxe-vm)"
   rc=0
   # The suite took 1123-1421 s (19-24 min) in the guest on an idle 2-core
   # host; the guest's limit leaves room for a host 2.5 times as slow
   # (RXE_VM_TIMEOUT overrides it).
-  deploy/rxe-vm --timeout "${RXE_VM_TIMEOUT:-3600}" -- bash -c 'cd build && "$@"' _ "${device_ctest[@]}" |
+  deploy/vm/rxe-vm --timeout "${RXE_VM_TIMEOUT:-3600}" -- bash -c 'cd build && "$@"' _ "${device_ctest[@]}" |
     tee build/device.log || rc=$?
 fi
 if ((rc != 0)); then
@@ -97,7 +98,7 @@ fi
 # inside the guest above). Short variants (TH_LONG unset): 417 s for the four
 # on this 2-core host while three other guests ran on it (docs/twohost.md),
 # within the 8 min they are budgeted in CI's 35.
-section "two-host tests (deploy/rxe-vm --two-host: node on 10.77.0.1, clients on 10.77.0.2)"
+section "two-host tests (deploy/vm/rxe-vm --two-host: node on 10.77.0.1, clients on 10.77.0.2)"
 th_t0=$SECONDS
 rc=0
 no_tests=error
@@ -135,7 +136,7 @@ fi
 cat build/background.log
 
 section "fuzzing (every libFuzzer target for a few seconds; clang build in build-fuzz/)"
-deploy/fuzz.sh
+deploy/dev/fuzz.sh
 
 summary() { # LOG -> "passed failed"
   sed -nE 's/.*tests passed, ([0-9]+) tests failed out of ([0-9]+).*/\2 \1/p' "$1" | tail -1

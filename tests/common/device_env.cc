@@ -24,7 +24,7 @@ std::optional<TestDevice> FindTestDevice(std::string* why) {
   std::unique_ptr<ibv_device*, decltype(&ibv_free_device_list)> list(ibv_get_device_list(&n),
                                                                      &ibv_free_device_list);
   if (list == nullptr || n == 0) {
-    *why = "ibv_get_device_list found no verbs device (run under deploy/rxe-vm)";
+    *why = "ibv_get_device_list found no verbs device (run under deploy/vm/rxe-vm)";
     return std::nullopt;
   }
   std::string want;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# deploy/rxe-vm when QEMU itself crashes (label unit, on the host; boots one
+# deploy/vm/rxe-vm when QEMU itself crashes (label unit, on the host; boots one
 # real guest). RXE_VM_QEMU names a stand-in that dies by SIGSEGV before any
 # guest exists, as qemu-system-x86_64 did now and then right after start.
 #   once    rxe-vm says that QEMU crashed (the signal, not a guest's exit),
@@ -34,7 +34,7 @@ cd "$dir"
 # crashing N TAG: rxe-vm with the stand-in crashing N times; sets rc.
 crashing() {
   rc=0
-  RXE_VM_QEMU=$dir/qemu CRASHES=$1 CRASH_COUNT=$dir/count-$2 "$repo/deploy/rxe-vm" --timeout 300 \
+  RXE_VM_QEMU=$dir/qemu CRASHES=$1 CRASH_COUNT=$dir/count-$2 "$repo/deploy/vm/rxe-vm" --timeout 300 \
     --memory 512 --cpus 1 --results "$dir/results-$2" -- bash -c 'echo guest-ran; exit 7' \
     >"$dir/$2.out" 2>"$dir/$2.err" || rc=$?
 }

@@ -52,7 +52,7 @@ kv_require_device() {
   local devs
   devs=$(rdma link show 2>/dev/null | grep -c 'state ACTIVE' || true)
   if [[ ${devs:-0} -eq 0 ]]; then
-    kv_log "no ACTIVE RDMA device (rdma link show): run this inside deploy/rxe-vm"
+    kv_log "no ACTIVE RDMA device (rdma link show): run this inside deploy/vm/rxe-vm"
     exit 1
   fi
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The security model from the host side (docs/security.md): local users.
 #   memlock   a non-root node whose arena exceeds its RLIMIT_MEMLOCK (8 MiB for
-#             non-root users in deploy/rxe-vm) refuses to start with a message
+#             non-root users in deploy/vm/rxe-vm) refuses to start with a message
 #             naming the limit and how to raise it; within the limit the same
 #             user's node starts; the refused start (after its arena was
 #             created) leaves no shm object behind

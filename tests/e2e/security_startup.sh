@@ -256,6 +256,6 @@ if [[ -n $dev ]]; then
   [[ $(md5sum <"$victim") == "$sum" && -L $db/kvnode-writes.journal ]] || fail "journal-link: the link or its target changed"
   log "ok: journal-link refused (exit $rc): $(grep -oF "$re" "$dir/journal-link.log" | head -n 1)"
 else
-  log "skip: the journal's names (needs a verbs device: run e2e_security_startup in deploy/rxe-vm)"
+  log "skip: the journal's names (needs a verbs device: run e2e_security_startup in deploy/vm/rxe-vm)"
 fi
 echo "security_startup: PASS"

@@ -1,5 +1,5 @@
 # Helpers for the two-host e2e scripts (tests/e2e/twohost_*.sh), which run on
-# both guests of `deploy/rxe-vm --two-host` (tests/e2e/twohost.sh starts them):
+# both guests of `deploy/vm/rxe-vm --two-host` (tests/e2e/twohost.sh starts them):
 # the node on "server" (10.77.0.1), kvload on "client" (10.77.0.2), rxe0 on
 # each guest's eth0, one virtual link between them. Source after lib.sh and
 # upgrade_lib.sh; the script then calls th_main, which runs its function
@@ -9,7 +9,7 @@
 # of the host both mount (9p, no caching). A step publishes a file there
 # (th_put NAME VALUE); the other side waits for it with a deadline (th_wait),
 # and gives up at once when the other guest has already exited
-# (RXE_VM_PEER_RC, written by deploy/rxe-vm).
+# (RXE_VM_PEER_RC, written by deploy/vm/rxe-vm).
 #
 #   th_put NAME [VALUE]           publish NAME (atomically)
 #   th_wait NAME SECONDS          wait for NAME; fail if the peer exits first
@@ -35,7 +35,7 @@
 #                                 the line in TH_REPORT; fails with the load's
 #                                 log tail
 TH_DIR=${TH_DIR:?TH_DIR must name the directory both guests share}
-TH_ROLE=${RXE_VM_ROLE:?run under deploy/rxe-vm --two-host}
+TH_ROLE=${RXE_VM_ROLE:?run under deploy/vm/rxe-vm --two-host}
 TH_NAME=$KV_TEST
 KV_TEST="$TH_NAME-$TH_ROLE"
 
@@ -267,7 +267,7 @@ th_link_dead() {
   [[ ($rx0 == "$rx1" || ($tx0 == "$tx1" && $(th_tx_stalls) -gt 0)) && ! -s ${RXE_VM_PEER_RC:-/nonexistent} ]]
 }
 # A failure over a dead link is the test bed's: exit 125, which
-# tests/e2e/twohost.sh runs once more (as deploy/rxe-vm's boot failures).
+# tests/e2e/twohost.sh runs once more (as deploy/vm/rxe-vm's boot failures).
 th_exit() {
   local rc=$?
   if ((rc != 0)); then

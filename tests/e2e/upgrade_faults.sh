@@ -257,7 +257,7 @@ except Exception:
     fi
   fi
   # A full disk fails writes (INTERNAL answers): say so rather than blame the
-  # protocol (session 2's o_move_clients:crash failures were the guest's tmpfs).
+  # protocol (o_move_clients:crash failures were once the guest's full tmpfs).
   if grep -qs 'No space left on device' "$KV_LOG" "$KV_DIR/kvload.log" "$KV_DIR/db/LOG"; then
     verdict="${verdict}+ENOSPC"
   fi

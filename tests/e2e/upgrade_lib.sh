@@ -54,7 +54,7 @@ up_rdma_foreign() {
   done
 }
 
-# Read whole with mapfile (see rss_kib in deploy/soak.sh for why not `read`).
+# Read whole with mapfile (see rss_kib in deploy/bench/soak.sh for why not `read`).
 up_gone() {
   local l lines=()
   [[ -e /proc/$1 ]] || return 0

@@ -1,4 +1,4 @@
-// MR lifecycle on a real verbs device (rxe0 in deploy/rxe-vm): protection
+// MR lifecycle on a real verbs device (rxe0 in deploy/vm/rxe-vm): protection
 // (READs fail after dereg / window invalidation), refusal of unsafe
 // deregistration, completion-based drain, enforced teardown order, and the
 // RLIMIT_MEMLOCK error. Every test ends with zero live objects in kvrdma's

@@ -3,7 +3,7 @@
 // A thread sleeps `period` at a time and records how late each sleep ended.
 // A busy CPU delays a waking sleeper by the scheduler's slice (milliseconds;
 // tens under TCG when a kernel path does not yield); a machine that stands
-// still delays it by the whole stall. The TCG guest of deploy/rxe-vm stood
+// still delays it by the whole stall. The TCG guest of deploy/vm/rxe-vm stood
 // still for 115-296 ms at a time (docs/upgrade.md, "The long GET gaps are
 // the emulator standing still"), so kvload reports the longest late wake-up
 // beside its blackout: a blackout inside such a stall is not the node's.

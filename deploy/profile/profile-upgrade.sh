@@ -8,7 +8,7 @@
 # copy of kvnode that bench-upgrade runs is gone when perf reads the
 # samples, so kvnode's own code shows as one "[unknown]" line.
 #
-#   deploy/rxe-vm --rw build -- deploy/profile-upgrade.sh OUTDIR [BUILD_DIR]
+#   deploy/vm/rxe-vm --rw build -- deploy/profile/profile-upgrade.sh OUTDIR [BUILD_DIR]
 #
 # Environment: PROFILE_KEYS (default 1000000) the key count; BENCH_ARENA and
 # BENCH_CPUS as bench-upgrade.sh takes them. Writes OUTDIR/perf.data,
@@ -17,12 +17,12 @@
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 out=$(realpath -m "$1")
-build=$(realpath "${2:-$here/../build}")
+build=$(realpath "${2:-$here/../../build}")
 mkdir -p "$out"
 rm -rf /tmp/bench-upgrade.*/ # this run's directory is the only one left
 perf record -a -e cpu-clock -F 999 -o "$out/perf.data" -- \
   env KVNODE_BUILD_DIR="$build" BENCH_RUNS=live_c BENCH_KEYS="${PROFILE_KEYS:-1000000}:1" \
-  BENCH_RUN_S=10 BENCH_AT_S=3 "$here/bench-upgrade.sh" --inner >"$out/bench.log" 2>&1
+  BENCH_RUN_S=10 BENCH_AT_S=3 "$here/../bench/bench-upgrade.sh" --inner >"$out/bench.log" 2>&1
 cp /tmp/bench-upgrade.*/kvnode.log "$out/kvnode.log"
 o=$(grep -o 'kvnode: exit 0 (pid [0-9]*, generation 1)' "$out/kvnode.log" | grep -o 'pid [0-9]*' | cut -d' ' -f2)
 n=$(grep -o 'spawned .* as pid [0-9]*' "$out/kvnode.log" | head -1 | grep -o '[0-9]*$')

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The performance report in one command: installs what it needs, builds
 # (Release, build-bench/), runs every benchmark in ONE device session (the
-# Soft-RoCE VM when the host has no verbs device) and regenerates
-# docs/BENCHMARKS.md with its plots in docs/bench/.
+# Soft-RoCE VM when the host has no verbs device), writes the run's figures
+# to results/bench-<date>-<commit>.json and regenerates docs/BENCHMARKS.md
+# from that file alone, with its plots in docs/bench/.
 #
-#   deploy/bench-all.sh [--no-build] [--budget SECONDS] [--out DIR]
-#                       [--md FILE] [--plots DIR] [--quick] [--no-two-host]
+#   deploy/bench/bench-all.sh [--no-build] [--budget SECONDS] [--out DIR]
+#                       [--json FILE] [--md FILE] [--plots DIR] [--quick]
+#                       [--no-two-host]
 #
 # --quick runs every part once at a toy size (sizes 16 and 64, depths 1 and 8,
 # 1 rep, 2000 / 5000 upgrade keys, the grid at 64 B depth 8): a check of the
@@ -13,15 +15,15 @@
 #
 # In the session, in order of priority (each figure the median of 3 runs,
 # with min and max):
-#   1a. deploy/bench.sh --inner at 16 B (inline) and 1 KiB (heap), the GET
+#   1a. deploy/bench/bench.sh --inner at 16 B (inline) and 1 KiB (heap), the GET
 #       targets' sizes: perftest ib_read_lat / ib_send_lat / ib_read_bw (-t D -o D)
 #       and kvload (workload C uniform, and write-only) on one kvnode, depths
 #       1, 8, 32, GET latency CDFs;
-#   1c. deploy/bench.sh --inner --parts put_scale: PUT ops/s of 1 client at
+#   1c. deploy/bench/bench.sh --inner --parts put_scale: PUT ops/s of 1 client at
 #       depth 1 and of 8 clients x depth 8 (64 B, --sync_writes=true), each
 #       beside redis-benchmark SET -c CLIENTS -P DEPTH against a Redis with
 #       `appendonly yes, appendfsync always`, rep by rep;
-#   2.  deploy/bench-upgrade.sh (live upgrade vs naive restart at
+#   2.  deploy/bench/bench-upgrade.sh (live upgrade vs naive restart at
 #       1e5 keys with three events per run, for the timeline plot, and at
 #       1e6 keys with one; keys preloaded by kvfill) when present;
 #   3.  rdma_bench (registration per GiB, batch deregistration), 3 runs;
@@ -30,18 +32,21 @@
 #   1b. the same as 1a at 64 B and 4 KiB, and the A/B/C x uniform/zipfian
 #       grid at 64 B, depth 8.
 # Then, after the session, part 2 again with kvload on another machine (the
-# two guests of `deploy/rxe-vm --two-host`), as a storage node's clients run:
+# two guests of `deploy/vm/rxe-vm --two-host`), as a storage node's clients run:
 # in the one guest kvload shares the node's two vCPUs. --no-two-host skips
 # it; so does a host with a verbs device of its own (it has one machine).
 # It is outside --budget: at most 12 minutes, twice if the guests' link died.
 # --budget (default 1320 s = 22 min) bounds the session: what would start
 # after it is skipped and listed as cut in BENCHMARKS.md, so the command
 # always finishes on its own. Raw output stays in DIR (default
-# build-bench/bench/all-<date>); `deploy/plot-bench.py report DIR` redoes the
-# report from it.
+# build-bench/bench/all-<date>); `deploy/bench/plot-bench.py json DIR --out
+# FILE --plots docs/bench` redoes the JSON and the plots from it, and
+# `deploy/bench/plot-bench.py report FILE` the report from the JSON. The
+# targets the report judges, and the results files that explain a miss, are
+# in deploy/bench/targets.json.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-repo=$(dirname "$here")
+repo=$(cd "$here/../.." && pwd)
 cd "$repo"
 source deploy/lib.sh
 
@@ -49,18 +54,20 @@ build=${KVNODE_BUILD_DIR:-$repo/build-bench}
 budget=1320 # 1140 before part 1c (~3 min)
 out=""
 md=$repo/docs/BENCHMARKS.md
+json=""
 plots=$repo/docs/bench
 do_build=1
 quick=0
 two_host=1
 inner=0
 deadline=0
-cmdline="deploy/bench-all.sh${*:+ $*}"
+cmdline="deploy/bench/bench-all.sh${*:+ $*}"
 while (($#)); do
   case "$1" in
     --no-build) do_build=0; shift ;;
     --budget) budget=$2; shift 2 ;;
     --out) out=$(realpath -m "$2"); shift 2 ;;
+    --json) json=$(realpath -m "$2"); shift 2 ;;
     --md) md=$(realpath -m "$2"); shift 2 ;;
     --plots) plots=$(realpath -m "$2"); shift 2 ;;
     --quick) quick=1; shift ;;
@@ -92,18 +99,10 @@ PUT_S=3
 # (and three naive restarts) in one run at 1e5 keys make the timeline
 # plot; one each at 1e6. kvfill preloads in seconds (kvload's PUTs took ~2 min
 # for 1e5 keys under TCG); what 1e6 costs is the node building its arena from
-# RocksDB, twice (cold start, naive restart). Estimated cost on an idle
-# 2-core host (session 3, scaled from runs at load 10-16, where TCG work was
-# 3-7x slower than the idle figures of docs/upgrade.md's 20-upgrade run):
-# 1e5:3 ~130 s (measured 750 s at load ~15: kvfill 12 s, cold start 28 s,
-# events ~60 s live / ~50-75 s naive), 1e6:1 ~130 s (measured ~300 s at load
-# ~10: kvfill 35 s, cold start 67 s, live event 28 s, naive restart 114 s).
-# ~260 s in all, under the 360 s cap. Session 2 estimated the whole session
-# at ~920 s idle with a 330 s upgrade part, i.e. ~590 s for the other parts:
-# ~850 s now, 950 s if the upgrade part ran to its cap, inside --budget 1140.
-# Since then each key count also runs the GET-only pair (steady_c, live_c):
-# on an idle host (2026-12-02) the part took 360 s when the cap cut the 1e6
-# naive restart, so the cap is 540 s; the session took 690 s in all.
+# RocksDB, twice (cold start, naive restart). On an idle 2-core host
+# (2026-12-02) the part, with each key count's GET-only pair (steady_c,
+# live_c), took 360 s when the cap cut the 1e6 naive restart, so the cap is
+# 540 s; the whole session took 690 s.
 # Key counts run in this order and print as they finish, so a cut at
 # UPGRADE_MAX_S loses 1e6, never 1e5.
 UPGRADE_KEYS="100000:3 1000000:1"
@@ -145,7 +144,7 @@ if ((inner)); then
   {
     echo "device=$dev"
     if [[ -n ${RXE_VM:-} || $(hostname) == rxe-vm ]]; then
-      echo "where=Soft-RoCE (rdma_rxe) on the guest's loopback, QEMU TCG guest of deploy/rxe-vm"
+      echo "where=Soft-RoCE (rdma_rxe) on the guest's loopback, QEMU TCG guest of deploy/vm/rxe-vm"
     else
       echo "where=native device on the host"
     fi
@@ -163,15 +162,15 @@ if ((inner)); then
   later=$((RDMA_RUNS * 40 + nredis * 6)) # what parts 3 and 4 need
   put_cost=$((30 + REPS * $(tr ',' '\n' <<<"$PUT_SCALE" | wc -l) * (2 * PUT_S + 20)))
   reserve=$((later + put_cost + 30))
-  [[ -x deploy/bench-upgrade.sh ]] && reserve=$((reserve + UPGRADE_MAX_S))
+  [[ -x deploy/bench/bench-upgrade.sh ]] && reserve=$((reserve + UPGRADE_MAX_S))
   log "1a. kvnode vs perftest: ${SIZES_A} B"
-  deploy/bench.sh --inner --out "$out" --sizes "$SIZES_A" --depths "$DEPTHS" --reps "$REPS" \
+  deploy/bench/bench.sh --inner --out "$out" --sizes "$SIZES_A" --depths "$DEPTHS" --reps "$REPS" \
     --duration 2 --keys 5000 --cdf --deadline $((deadline - reserve)) --parts lat ||
     log "bench.sh exited $? (continuing with the other parts)"
 
   # 1c. PUT scaling with writers, and against Redis with AOF fsync always.
   log "1c. PUT scaling and Redis AOF always: $PUT_SCALE, $PUT_SIZE B"
-  deploy/bench.sh --inner --out "$out" --parts put_scale --put_scale "$PUT_SCALE" \
+  deploy/bench/bench.sh --inner --out "$out" --parts put_scale --put_scale "$PUT_SCALE" \
     --put_size "$PUT_SIZE" --put_duration "$PUT_S" --reps "$REPS" --keys 5000 \
     --deadline $((deadline - reserve + put_cost)) ||
     log "bench.sh exited $? (continuing with the other parts)"
@@ -180,7 +179,7 @@ if ((inner)); then
   # Shortened to fit: UPGRADE_KEYS, 10 s runs, events 3 s apart. Its
   # kvload reports stay in its /tmp/bench-upgrade.* dirs: copied to DIR.
   log "2. live upgrade vs naive restart"
-  if [[ -x deploy/bench-upgrade.sh ]]; then
+  if [[ -x deploy/bench/bench-upgrade.sh ]]; then
     if in_budget 150; then
       rc=0
       mkdir -p "$out/upgrade"
@@ -190,7 +189,7 @@ if ((inner)); then
       ((cap < 120)) && cap=120
       t0=$(now_ms)
       BENCH_KEYS=$UPGRADE_KEYS BENCH_EVENTS=1 BENCH_RUN_S=10 BENCH_AT_S=3 \
-        timeout -k 10 "$cap" deploy/bench-upgrade.sh --inner \
+        timeout -k 10 "$cap" deploy/bench/bench-upgrade.sh --inner \
         >"$out/upgrade/bench-upgrade.log" 2>&1 || rc=$?
       step "bench-upgrade.sh (cap ${cap} s)" "$t0"
       i=0
@@ -210,7 +209,7 @@ if ((inner)); then
       skip "live-upgrade benchmark"
     fi
   else
-    log "deploy/bench-upgrade.sh not in the tree: skipped"
+    log "deploy/bench/bench-upgrade.sh not in the tree: skipped"
   fi
   # 3. rdma_bench: three separate runs, each one repetition per case.
   log "3. rdma_bench"
@@ -256,7 +255,7 @@ if ((inner)); then
   # 1b. The other sizes and the A/B/C x uniform/zipfian grid, in what is left.
   if in_budget 120; then
     log "1b. kvnode vs perftest: ${SIZES_B} B, workload grid at $MIX"
-    deploy/bench.sh --inner --out "$out" --sizes "$SIZES_B" --depths "$DEPTHS" --reps "$REPS" \
+    deploy/bench/bench.sh --inner --out "$out" --sizes "$SIZES_B" --depths "$DEPTHS" --reps "$REPS" \
       --duration 2 --keys 5000 --mix "$MIX" --deadline "$deadline" --parts lat ||
       log "bench.sh exited $? (continuing)"
   else
@@ -272,6 +271,8 @@ fi
 # Outside: dependencies, build, the session, the report.
 t_start=$(date +%s)
 out=${out:-$build/bench/all-$(date +%Y%m%d-%H%M%S)}
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+json=${json:-$repo/results/bench-$(date -u +%Y%m%d-%H%M)-$commit.json}
 mkdir -p "$out"
 if ((do_build)); then
   deploy/install-deps.sh
@@ -282,7 +283,7 @@ fi
 {
   echo "command=$cmdline"
   echo "date=$(date -u '+%Y-%m-%d %H:%M UTC')"
-  echo "commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  echo "commit=$commit"
   echo "dirty=$([[ -n $(git status --porcelain --untracked-files=no 2>/dev/null) ]] && echo 1 || echo 0)"
   echo "cpu=$(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)"
   echo "cores=$(nproc)"
@@ -296,7 +297,7 @@ fi
   echo "budget_s=$budget"
 } >"$out/host.txt"
 
-# Part 2 with kvload on the other guest of deploy/rxe-vm --two-host. Its
+# Part 2 with kvload on the other guest of deploy/vm/rxe-vm --two-host. Its
 # kvload reports are copied from build/bench-twohost/ to DIR/upgrade-two-host/.
 # The bed's virtual link has been seen to die for good (docs/twohost.md,
 # "Dead link"); kvload then finds "No route to host" and every later run of
@@ -305,14 +306,14 @@ fi
 upgrade_two_host() {
   local dir=$out/upgrade-two-host rc attempt dead=0 cmd
   local settings=(BENCH_TWO_HOST=1 BENCH_KEYS="$UPGRADE_KEYS" BENCH_EVENTS=1 BENCH_RUN_S=10 BENCH_AT_S=3)
-  printf -v cmd '%q ' "${settings[@]}" deploy/bench-upgrade.sh --no-build
+  printf -v cmd '%q ' "${settings[@]}" deploy/bench/bench-upgrade.sh --no-build
   mkdir -p "$dir"
   for attempt in 1 2; do
     rc=0
     log "2b. live upgrade vs naive restart, kvload on another machine (attempt $attempt," \
       "cap ${UPGRADE_TWO_HOST_MAX_S} s)"
     env "${settings[@]}" KVNODE_BUILD_DIR="$build" timeout -k 30 "$UPGRADE_TWO_HOST_MAX_S" \
-      deploy/bench-upgrade.sh --no-build >"$dir/bench-upgrade.log" 2>&1 || rc=$?
+      deploy/bench/bench-upgrade.sh --no-build >"$dir/bench-upgrade.log" 2>&1 || rc=$?
     cp -r "$build/bench-twohost/." "$dir/" 2>/dev/null || true
     ((rc == 0)) || log "bench-upgrade.sh (two hosts) exited $rc"
     grep -q "No route to host" "$dir/bench-upgrade.log" || break
@@ -344,14 +345,14 @@ rw=(--rw "$build")
 rc=0
 if kv_active_device >/dev/null; then
   log "verbs device found: running natively"
-  deploy/bench-all.sh --inner --out "$out" --deadline "$deadline" "${qflag[@]}" || rc=$?
+  deploy/bench/bench-all.sh --inner --out "$out" --deadline "$deadline" "${qflag[@]}" || rc=$?
 else
-  log "no verbs device: one deploy/rxe-vm session (Soft-RoCE rxe0, QEMU TCG)"
-  deploy/rxe-vm --timeout $((budget + 600)) "${rw[@]}" -- \
-    env KVNODE_BUILD_DIR="$build" "$repo/deploy/bench-all.sh" --inner --out "$out" \
+  log "no verbs device: one deploy/vm/rxe-vm session (Soft-RoCE rxe0, QEMU TCG)"
+  deploy/vm/rxe-vm --timeout $((budget + 600)) "${rw[@]}" -- \
+    env KVNODE_BUILD_DIR="$build" "$repo/deploy/bench/bench-all.sh" --inner --out "$out" \
     --deadline "$deadline" "${qflag[@]}" || rc=$?
 fi
-if ((two_host)) && [[ -x deploy/bench-upgrade.sh ]] && ! kv_active_device >/dev/null; then
+if ((two_host)) && [[ -x deploy/bench/bench-upgrade.sh ]] && ! kv_active_device >/dev/null; then
   upgrade_two_host
 fi
 kill "$sampler" 2>/dev/null || true
@@ -360,7 +361,8 @@ kill "$sampler" 2>/dev/null || true
   echo "wall_s=$(($(date +%s) - t_start))"
 } >>"$out/host.txt"
 ((rc == 0)) || log "the session exited $rc; reporting what it recorded"
-python3 deploy/plot-bench.py report "$out" --md "$md" --plots "$plots"
-python3 deploy/plot-bench.py summary "$out"
-log "raw output in $out; report in $md"
+python3 deploy/bench/plot-bench.py json "$out" --out "$json" --plots "$plots"
+python3 deploy/bench/plot-bench.py report "$json" --md "$md"
+python3 deploy/bench/plot-bench.py summary "$out"
+log "raw output in $out; its figures in $json; report in $md"
 exit "$rc"

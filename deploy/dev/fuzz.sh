@@ -6,21 +6,21 @@
 # reproducer's path. Prints per target: executions, exec/s, wall time,
 # coverage (cov: and ft: of libFuzzer's last line), corpus size and the result.
 #
-#   deploy/fuzz.sh                       every target, 5 s each (the CI run)
-#   deploy/fuzz.sh --seconds 180         longer
-#   deploy/fuzz.sh --runs 10000000       stop after N executions (or the time)
-#   deploy/fuzz.sh --only read_path      one target (repeatable)
-#   deploy/fuzz.sh --max-len 1024        libFuzzer's -max_len (default: 4096
+#   deploy/dev/fuzz.sh                       every target, 5 s each (the CI run)
+#   deploy/dev/fuzz.sh --seconds 180         longer
+#   deploy/dev/fuzz.sh --runs 10000000       stop after N executions (or the time)
+#   deploy/dev/fuzz.sh --only read_path      one target (repeatable)
+#   deploy/dev/fuzz.sh --max-len 1024        libFuzzer's -max_len (default: 4096
 #                                        or the largest seed)
-#   deploy/fuzz.sh --corpus DIR          keep the inputs found in DIR/<target>
+#   deploy/dev/fuzz.sh --corpus DIR          keep the inputs found in DIR/<target>
 #                                        (reused by the next run; default: a
 #                                        temporary directory, removed)
-#   deploy/fuzz.sh --build-only          build the targets, run none
+#   deploy/dev/fuzz.sh --build-only          build the targets, run none
 #   KVNODE_FUZZ_BUILD=DIR                build dir (default build-fuzz)
 #   KVNODE_FUZZ_JOBS=N                   make -j (default 2)
 #   KVNODE_FUZZ_PARALLEL=N               targets run at once (default: CPUs)
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 
 seconds=5
 runs=""

@@ -4,9 +4,9 @@
 # longest gaps (any op, GETs, writes) and every 10 ms timeline slot with few
 # completions or a slow one, beside the node's upgrade log lines, so that a
 # gap can be set against the phase it falls in. Not a test, not a benchmark:
-# a diagnostic. Needs a verbs device (run it in deploy/rxe-vm).
+# a diagnostic. Needs a verbs device (run it in deploy/vm/rxe-vm).
 #
-#   deploy/rxe-vm --memory 2048 --cpus 1 -- deploy/upgrade-gaps.sh
+#   deploy/vm/rxe-vm --memory 2048 --cpus 1 -- deploy/bench/upgrade-gaps.sh
 #   env: KVNODE_BUILD_DIR (default build), GAPS_KEYS (10000), GAPS_S (12),
 #        GAPS_NODE_FLAGS (extra kvnode flags), GAPS_WORKLOAD (A; C: GETs only),
 #        GAPS_SCHED (1: a scheduler trace, `perf sched record -g`, from 8 s
@@ -16,7 +16,7 @@
 #        switched tasks, in wall-clock times to set against the node's log,
 #        and every task that ran during kvload's longest gap)
 [[ ${1:-} == -h || ${1:-} == --help ]] && { sed -n '2,17p' "$0"; exit 0; }
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
 export KVNODE_BUILD_DIR=${KVNODE_BUILD_DIR:-$root/build}
 source "$root/tests/e2e/lib.sh"
 source "$root/tests/e2e/upgrade_lib.sh"

@@ -4,9 +4,9 @@
 # library's sources and headers must name the library itself or one it may
 # depend on (README.md "Layout"). Tests may include anything.
 #
-#   deploy/check-layout.sh        exit 0 when clean; lists each offending line
+#   deploy/dev/check-layout.sh        exit 0 when clean; lists each offending line
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 
 # dir -> the include prefixes (kvnode/<prefix>/) it may use besides its own.
 declare -A allowed=(

@@ -3,16 +3,16 @@
 # under `kvload --verify`, with client churn and, every few upgrades, a random
 # cell of the new side's fault matrix injected first. Stops at the first
 # failed operation, verification error or leak; prints a summary. Runs on the
-# host's verbs device, or inside deploy/rxe-vm (Soft-RoCE) when there is none.
-# `deploy/soak.sh --help` explains every option. A slow leak or a rare fault
+# host's verbs device, or inside deploy/vm/rxe-vm (Soft-RoCE) when there is none.
+# `deploy/bench/soak.sh --help` explains every option. A slow leak or a rare fault
 # shows only over many upgrades: that is what this run is for.
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 source deploy/lib.sh
 
 usage() {
   cat <<'EOF'
-usage: deploy/soak.sh [options]
+usage: deploy/bench/soak.sh [options]
 
 N consecutive live upgrades (SIGUSR2; every 5th by `kvctl upgrade`) of one
 kvnode, alternating between two builds that differ in their build id, under
@@ -58,16 +58,16 @@ options:
                      (20 s here) plus RocksDB close and reopen, ~30 s under TCG)
   --build DIR        build directory (default $KVNODE_BUILD_DIR or build/)
   --no-build         do not build kvnode kvload kvctl kvnode_admin_request first
-  --vm_timeout S     guest time limit when run in deploy/rxe-vm (default:
+  --vm_timeout S     guest time limit when run in deploy/vm/rxe-vm (default:
                      600 + 120 per upgrade, or 900 + 60 per --max_minutes
                      when that is less)
   --keep             keep the work directory (node log, kvload logs, reports;
-                     in deploy/rxe-vm also copied to its results dir, soak/)
+                     in deploy/vm/rxe-vm also copied to its results dir, soak/)
   -h, --help         this text
 
 Examples:
-  deploy/soak.sh --upgrades 200                 ~35 min in the TCG guest (idle 2-core host)
-  deploy/soak.sh --upgrades 20 --seed 42        replays the same fault cells
+  deploy/bench/soak.sh --upgrades 200                 ~35 min in the TCG guest (idle 2-core host)
+  deploy/bench/soak.sh --upgrades 20 --seed 42        replays the same fault cells
 EOF
 }
 
@@ -112,13 +112,13 @@ if ((inner == 0)); then
   [[ -n $cells ]] && args+=(--cells "$cells")
   ((keep)) && args+=(--keep)
   if kv_active_device >/dev/null; then
-    KVNODE_BUILD_DIR=$build exec "$PWD/deploy/soak.sh" "${args[@]}"
+    KVNODE_BUILD_DIR=$build exec "$PWD/deploy/bench/soak.sh" "${args[@]}"
   fi
-  echo "== no verbs device on this host: running in deploy/rxe-vm (Soft-RoCE rxe0 in a QEMU guest)"
+  echo "== no verbs device on this host: running in deploy/vm/rxe-vm (Soft-RoCE rxe0 in a QEMU guest)"
   t=$((600 + 120 * upgrades))
   ((max_minutes > 0 && 900 + 60 * max_minutes < t)) && t=$((900 + 60 * max_minutes))
-  exec deploy/rxe-vm --rw "$build" --timeout "${vm_timeout:-$t}" -- \
-    env KVNODE_BUILD_DIR="$build" "$PWD/deploy/soak.sh" "${args[@]}"
+  exec deploy/vm/rxe-vm --rw "$build" --timeout "${vm_timeout:-$t}" -- \
+    env KVNODE_BUILD_DIR="$build" "$PWD/deploy/bench/soak.sh" "${args[@]}"
 fi
 
 # --- inside: a verbs device is present ------------------------------------------
@@ -359,7 +359,7 @@ summary() {
   fi
   local wall=$((($(kv_now_ns) - t_start) / 1000000000))
   echo "================ soak summary ================"
-  echo "command:   deploy/soak.sh --upgrades $upgrades --max_minutes $max_minutes --fault_every $fault_every --churn_every $churn_every --seed $seed --clients $clients --keys $keys --op_timeout_ms $op_timeout${cells:+ --cells $cells}"
+  echo "command:   deploy/bench/soak.sh --upgrades $upgrades --max_minutes $max_minutes --fault_every $fault_every --churn_every $churn_every --seed $seed --clients $clients --keys $keys --op_timeout_ms $op_timeout${cells:+ --cells $cells}"
   echo "result:    $( ((rc == 0)) && echo CLEAN || echo "FAILED${fail_msg:+: $fail_msg}")"
   echo "upgrades:  $done_ups of $upgrades done$( ((time_up)) && echo " (--max_minutes $max_minutes reached)") in ${wall} s wall ($( ((done_ups)) && echo "$((wall / done_ups)) s per upgrade incl. faults and checks" || echo "-"))"
   if ((${#owned_ms[@]})); then

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # How long the new process of a live upgrade takes to start: for each kvnode
-# binary given, on a verbs device (in deploy/rxe-vm when the host has none).
+# binary given, on a verbs device (in deploy/vm/rxe-vm when the host has none).
 # Not a test: it prints one line per binary.
 #
-#   deploy/bench-exec.sh BUILD_DIR KVNODE [KVNODE...]
-#     e.g. deploy/rxe-vm -- deploy/bench-exec.sh build build/kvnode-shared build/node/kvnode
+#   deploy/bench/bench-exec.sh BUILD_DIR KVNODE [KVNODE...]
+#     e.g. deploy/vm/rxe-vm -- deploy/bench/bench-exec.sh build build/kvnode-shared build/node/kvnode
 #
 # Per binary: its shared objects (ldd), `KVNODE --version` run BENCH_RUNS
 # (default 20) times (exec to exit: mostly the dynamic loader), and
@@ -18,16 +18,16 @@
 # min and max.
 # BUILD_DIR gives the test helpers (kvnode_admin_request).
 # Each binary runs from a copy in a temp dir (tmpfs in the VM), as an
-# installed one runs from a local disk: in deploy/rxe-vm the build directory
+# installed one runs from a local disk: in deploy/vm/rxe-vm the build directory
 # is a 9p mount without page cache, where every page the loader touches is a
 # round trip to the host and a bigger binary would pay for it (the shared
 # objects come from the host root, which is cached).
 set -euo pipefail
-export KVNODE_BUILD_DIR=${1:?usage: deploy/bench-exec.sh BUILD_DIR KVNODE [KVNODE...]}
+export KVNODE_BUILD_DIR=${1:?usage: deploy/bench/bench-exec.sh BUILD_DIR KVNODE [KVNODE...]}
 shift
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-source "$here/../tests/e2e/lib.sh"
-source "$here/../tests/e2e/upgrade_lib.sh"
+source "$here/../../tests/e2e/lib.sh"
+source "$here/../../tests/e2e/upgrade_lib.sh"
 kv_require_device
 runs=${BENCH_RUNS:-20}
 upgrades=${BENCH_UPGRADES:-5}

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # The hardware baseline every kvnode benchmark is compared against in the same
 # run: perftest's ib_read_lat, ib_read_bw and ib_send_lat on the verbs device
-# (natively where the host has one, else on rxe0 inside deploy/rxe-vm).
+# (natively where the host has one, else on rxe0 inside deploy/vm/rxe-vm).
 #
-#   deploy/bench-baseline.sh [--sizes 2,64,1024,4096] [--iters N] [--json FILE]
+#   deploy/bench/bench-baseline.sh [--sizes 2,64,1024,4096] [--iters N] [--json FILE]
 #
 # Prints one table; --json also writes the figures for other scripts.
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 source deploy/lib.sh
 
 sizes=2,64,1024,4096
@@ -35,7 +35,7 @@ if ! dev=$(kv_active_device); then
     args+=(--json "$json")
     rw=(--rw "$(dirname "$json")")
   fi
-  exec deploy/rxe-vm "${rw[@]}" -- deploy/bench-baseline.sh "${args[@]}"
+  exec deploy/vm/rxe-vm "${rw[@]}" -- deploy/bench/bench-baseline.sh "${args[@]}"
 fi
 gid=$(kv_gid_index "$dev")
 port=18515

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # kvnode against the wire, in one run on one verbs device (natively where the
-# host has one, else on rxe0 inside deploy/rxe-vm): for each value size,
+# host has one, else on rxe0 inside deploy/vm/rxe-vm): for each value size,
 # perftest's ib_read_lat, ib_send_lat and ib_read_bw at kvload's depths, then
 # kvload (workload C, and write-only for PUT latency) on the same device,
 # alternating rep by rep so host load drifts hit both alike. Prints GET p50 /
@@ -8,14 +8,14 @@
 # ib_send_lat p50 against the targets (GET p50 <= 1.3x ib_read_lat inline,
 # <= 2.3x heap; GET rate >= 50% of ib_read_bw's).
 #
-#   deploy/bench.sh [--sizes 16,1024] [--depths 1,8,32] [--reps 3] [--duration 2]
+#   deploy/bench/bench.sh [--sizes 16,1024] [--depths 1,8,32] [--reps 3] [--duration 2]
 #                   [--keys 5000] [--spin N] [--short_duration 1] [--out DIR]
 #                   [--no-build] [--two-host] [--parts lat,put_scale]
 #                   [--put_scale 1x1,8x8] [--put_size 64] [--put_duration 3]
 #                   [--redis_aof 1] [--perf] [--node_flags "FLAGS"]
-#   e.g. one size at depth 1, quickly: deploy/bench.sh --no-build --sizes 16 --depths 1 --reps 1
+#   e.g. one size at depth 1, quickly: deploy/bench/bench.sh --no-build --sizes 16 --depths 1 --reps 1
 #   only the PUT scaling and Redis AOF part, one rep:
-#     deploy/bench.sh --no-build --parts put_scale --reps 1
+#     deploy/bench/bench.sh --no-build --parts put_scale --reps 1
 #
 # --parts: lat = the perftest comparison below (every size and depth);
 # put_scale = PUT rate against the number of writers, and against Redis with
@@ -34,7 +34,7 @@
 # for an A/B of one binary: alternate runs with and without them.
 #
 # --two-host: across a link instead of over loopback, always in
-# `deploy/rxe-vm --two-host`: kvnode and every perftest server on guest
+# `deploy/vm/rxe-vm --two-host`: kvnode and every perftest server on guest
 # "server" (10.77.0.1), kvload and every perftest client on guest "client"
 # (10.77.0.2), the same runs in the same order as above, so perftest's
 # figures are those of the same link in the same session. Both ends use the
@@ -64,16 +64,16 @@
 #
 # Raw output (perftest logs, kvload reports, runs.jsonl) goes to DIR
 # (default build-bench/bench/bench-<date>); the table is made by
-# deploy/plot-bench.py from those files.
+# deploy/bench/plot-bench.py from those files.
 #
-# Inside a device session other scripts call `deploy/bench.sh --inner ...`
-# (deploy/bench-all.sh does); extra inner options: --mix SIZE:DEPTH (workloads
+# Inside a device session other scripts call `deploy/bench/bench.sh --inner ...`
+# (deploy/bench/bench-all.sh does); extra inner options: --mix SIZE:DEPTH (workloads
 # A/B/C x uniform/zipfian at that cell), --cdf (GET latency CDFs and
 # ib_read_lat samples at depth 1), --deadline EPOCH (skip what would start
 # after it, recorded as skipped).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-repo=$(dirname "$here")
+repo=$(cd "$here/../.." && pwd)
 bench_args="$*"
 
 sizes=16,1024
@@ -138,7 +138,7 @@ if ((!inner)); then
     cmake --build "$build" -j 2 --target kvnode kvload kvctl kvnode_admin_request
   fi
   echo "load_start=$(cut -d' ' -f1-3 /proc/loadavg)" >"$out/bench-host.txt"
-  echo "command=deploy/bench.sh $bench_args" >>"$out/bench-host.txt"
+  echo "command=deploy/bench/bench.sh $bench_args" >>"$out/bench-host.txt"
   args=(--inner --sizes "$sizes" --depths "$depths" --reps "$reps" --duration "$duration"
     --keys "$keys" --spin "$spin" --short_duration "$short_duration" --out "$out"
     --parts "$parts" --put_scale "$put_scale" --put_size "$put_size"
@@ -146,24 +146,24 @@ if ((!inner)); then
   ((do_perf)) && args+=(--perf)
   rc=0
   if ((two_host)); then
-    deploy/rxe-vm --two-host --rw "$build" --rw "$out" -- env KVNODE_BUILD_DIR="$build" \
-      "$repo/deploy/bench.sh" "${args[@]}" --two-host || rc=$?
+    deploy/vm/rxe-vm --two-host --rw "$build" --rw "$out" -- env KVNODE_BUILD_DIR="$build" \
+      "$repo/deploy/bench/bench.sh" "${args[@]}" --two-host || rc=$?
   elif kv_active_device >/dev/null; then
-    KVNODE_BUILD_DIR=$build deploy/bench.sh "${args[@]}" || rc=$?
+    KVNODE_BUILD_DIR=$build deploy/bench/bench.sh "${args[@]}" || rc=$?
   else
-    deploy/rxe-vm --rw "$build" --rw "$out" -- env KVNODE_BUILD_DIR="$build" \
-      "$repo/deploy/bench.sh" "${args[@]}" || rc=$?
+    deploy/vm/rxe-vm --rw "$build" --rw "$out" -- env KVNODE_BUILD_DIR="$build" \
+      "$repo/deploy/bench/bench.sh" "${args[@]}" || rc=$?
   fi
   echo "load_end=$(cut -d' ' -f1-3 /proc/loadavg)" >>"$out/bench-host.txt"
   ((rc == 0)) || echo "bench: the measuring run exited $rc; tabulating what it recorded" >&2
-  python3 deploy/plot-bench.py summary "$out"
+  python3 deploy/bench/plot-bench.py summary "$out"
   if [[ ,$parts, == *,put_scale,* ]] && ((!two_host)); then
-    python3 deploy/plot-bench.py put-scale-md "$out" >"$out/put-scale.md" &&
+    python3 deploy/bench/plot-bench.py put-scale-md "$out" >"$out/put-scale.md" &&
       echo "bench: PUT scaling and Redis AOF tables (markdown): $out/put-scale.md"
   fi
   if ((two_host)); then
     [[ -f $out/rdv/counters.txt ]] && sed 's/^/rxe0 counters: /' "$out/rdv/counters.txt"
-    python3 deploy/plot-bench.py two-host-md "$out" --command "deploy/bench.sh $bench_args" \
+    python3 deploy/bench/plot-bench.py two-host-md "$out" --command "deploy/bench/bench.sh $bench_args" \
       >"$out/two-host.md" && echo "bench: docs/BENCHMARKS.md's two-host section: $out/two-host.md"
   fi
   exit "$rc"

@@ -2,14 +2,14 @@
 # Where a depth-1 GET's time goes, against the READ `ib_read_lat` times. A
 # system-wide perf profile (every vCPU; self samples only: call graphs under
 # TCG slowed every READ 3x) of a 3 s window of kvload's depth-1 GETs, then of
-# `ib_read_lat`'s READs, in one device session (deploy/rxe-vm). The window
+# `ib_read_lat`'s READs, in one device session (deploy/vm/rxe-vm). The window
 # opens once the run is past its start-up (1000 READs done), and its READs
 # are counted on the device (rxe's sent_pkts: a request and a response per
 # READ), so samples turn into CPU microseconds per READ, by process, by part
 # and by symbol, and the two columns can be subtracted: what kvload spends
 # per GET beyond a bare READ. docs/BENCHMARKS.md cites its output.
 #
-#   deploy/rxe-vm --rw build -- deploy/profile-client.sh build/prof BUILD_DIR...
+#   deploy/vm/rxe-vm --rw build -- deploy/profile/profile-client.sh build/prof BUILD_DIR...
 #
 # Writes OUTDIR/<build>-s<size>.{kvload,ib_read_lat}.{data,txt} and
 # OUTDIR/<build>-s<size>.per-op.txt (the tables, also printed), and prints the
@@ -60,7 +60,7 @@ for b in "$@"; do
   KVNODE_BUILD_DIR=$(realpath "$b")
   export KVNODE_BUILD_DIR
   (
-    source "$here/../tests/e2e/lib.sh"
+    source "$here/../../tests/e2e/lib.sh"
     set +e +o pipefail # a failed report must not stop the rest
     # shellcheck disable=SC2034 # kv_log's tag
     KV_TEST=prof-$tag

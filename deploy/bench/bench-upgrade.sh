@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Live upgrade vs naive restart, under the same kvload load, for each key count
 # (BENCH_KEYS, default "100000 1000000"), in one run on a verbs device (in
-# deploy/rxe-vm when the host has none). Not a test: it prints a table.
+# deploy/vm/rxe-vm when the host has none). Not a test: it prints a table.
 #
 # Per key count, on one node:
 #   preload   kvfill writes every key once straight into the node's RocksDB
@@ -28,7 +28,7 @@
 # spawns) and kvload to those CPU lists (taskset), as when clients run on
 # other machines than the node; default: both share every CPU.
 # BENCH_TWO_HOST=1 runs kvload on another machine: the node on the "server"
-# guest of `deploy/rxe-vm --two-host` (10.77.0.1, 1 vCPU), kvload on the
+# guest of `deploy/vm/rxe-vm --two-host` (10.77.0.1, 1 vCPU), kvload on the
 # "client" guest (10.77.0.2, 1 vCPU), one virtual link between them; the
 # harness stays with the node and starts and stops kvload through files in
 # build/bench-twohost/ (kvload's logs and reports stay there).
@@ -43,10 +43,10 @@
 # writes), the GETs completed inside the longest write gap, and stall (the
 # longest time the machine stood still under kvload: kvload's stall_ms).
 #
-#   deploy/bench-upgrade.sh                        build in build/, run (VM if needed)
-#   KVNODE_BUILD_DIR=DIR BENCH_KEYS=100000 deploy/bench-upgrade.sh --no-build
+#   deploy/bench/bench-upgrade.sh                        build in build/, run (VM if needed)
+#   KVNODE_BUILD_DIR=DIR BENCH_KEYS=100000 deploy/bench/bench-upgrade.sh --no-build
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 source deploy/lib.sh
 build=${KVNODE_BUILD_DIR:-$PWD/build}
 mode=${1:-}
@@ -68,7 +68,7 @@ if [[ $mode == --inner ]]; then
   node_host=127.0.0.1
   qp_flags=()
   if [[ -n $two_host ]]; then
-    node_host=${RXE_VM_ADDR:?BENCH_TWO_HOST runs under deploy/rxe-vm --two-host}
+    node_host=${RXE_VM_ADDR:?BENCH_TWO_HOST runs under deploy/vm/rxe-vm --two-host}
     node_pin=() load_pin=() # one vCPU per guest
     # RC timers for a link between two TCG guests (tests/e2e/twohost_lib.sh
     # explains them): both ends, or a late ACK fails a QP.
@@ -79,7 +79,7 @@ if [[ $mode == --inner ]]; then
     *) echo "bench-upgrade: BENCH_ARENA=$arena_kind: want shm or hugetlbfs" >&2 && exit 2 ;;
   esac
   # The node and kvload run from copies in /tmp (the guest's tmpfs), as
-  # installed binaries run from a local disk: in deploy/rxe-vm the build
+  # installed binaries run from a local disk: in deploy/vm/rxe-vm the build
   # directory is a 9p share without a page cache, where each page of code a
   # process touches first is a round trip to the host: kvnode's on the way
   # to the writer switch, kvload's when its clients first move (a scheduler
@@ -189,8 +189,8 @@ if [[ $mode == --inner ]]; then
   # Ready) counts a fresh kvload's own QP set-up and, after a restart, the new
   # node's first verbs calls; under TCG on a loaded host these take longer,
   # and the node answered ClientQp with Goodbye ("handshake not finished
-  # within 5s (state connecting); cut"), which ended kvload's run (1e5 keys,
-  # session 3). The benchmark measures the upgrade, not that guard. (The
+  # within 5s (state connecting); cut"), which ended kvload's run (seen at
+  # 1e5 keys). The benchmark measures the upgrade, not that guard. (The
   # other cause of that Goodbye: see events_run.)
   start_node() {
     "${node_pin[@]}" "$node" --listen "$node_host:$port" "${qp_flags[@]}" --db_path "$dir/db" --shm_name "$shm" "${arena_flag[@]}" \
@@ -362,7 +362,7 @@ PY
     # longer than BENCH_AT_S, and a first event inside kvload's initial
     # connect ended its run (a SIGTERM'd node says Goodbye to a client in
     # state connecting, and kvload gives up on its first connect: "answered
-    # ClientQp with Goodbye", also the session-2 Goodbye).
+    # ClientQp with Goodbye").
     end=$((SECONDS + 300))
     while ((ready < nclients && SECONDS < end)); do
       if log_await 1 "session ready: client "; then
@@ -395,7 +395,7 @@ PY
     dir=$(mktemp -d /tmp/bench-upgrade.XXXXXX)
     rdir=$dir # kvload's logs and reports
     [[ -z $two_host ]] || { rdir=$share/$keys && mkdir -p "$rdir"; }
-    echo "$events" >"$dir/events.txt" # for deploy/bench-all.sh's plot titles
+    echo "$events" >"$dir/events.txt" # for deploy/bench/bench-all.sh's plot titles
     token="$rdir/token"
     (umask 077 && head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$token")
     admin="$dir/admin/admin.sock"
@@ -452,18 +452,18 @@ if [[ $mode != --no-build ]]; then
   cmake --build "$build" -j 2 --target kvnode kvload kvfill
 fi
 if [[ -z ${BENCH_TWO_HOST:-} ]] && kv_active_device >/dev/null; then
-  KVNODE_BUILD_DIR=$build exec deploy/bench-upgrade.sh --inner
+  KVNODE_BUILD_DIR=$build exec deploy/bench/bench-upgrade.sh --inner
 fi
 settings=(KVNODE_BUILD_DIR="$build" BENCH_KEYS="${BENCH_KEYS:-}" BENCH_EVENTS="${BENCH_EVENTS:-1}"
   BENCH_RUNS="${BENCH_RUNS:-}" BENCH_ARENA="${BENCH_ARENA:-}" BENCH_CPUS="${BENCH_CPUS:-}"
   BENCH_RUN_S="${BENCH_RUN_S:-40}" BENCH_AT_S="${BENCH_AT_S:-5}")
 if [[ -z ${BENCH_TWO_HOST:-} ]]; then
-  exec deploy/rxe-vm --rw "$build" -- env "${settings[@]}" "$PWD/deploy/bench-upgrade.sh" --inner
+  exec deploy/vm/rxe-vm --rw "$build" -- env "${settings[@]}" "$PWD/deploy/bench/bench-upgrade.sh" --inner
 fi
 share=$build/bench-twohost
 rm -rf "$share"
 mkdir -p "$share"
 # 2 GiB per guest: the server's /tmp (tmpfs) holds the arena and RocksDB
 # (1e6 keys: ~330 MB and ~100 MB).
-exec deploy/rxe-vm --two-host --memory 2048 --rw "$build" --results "$share" -- \
-  env "${settings[@]}" BENCH_TWO_HOST=1 BENCH_SHARE="$share" "$PWD/deploy/bench-upgrade.sh" --inner
+exec deploy/vm/rxe-vm --two-host --memory 2048 --rw "$build" --results "$share" -- \
+  env "${settings[@]}" BENCH_TWO_HOST=1 BENCH_SHARE="$share" "$PWD/deploy/bench/bench-upgrade.sh" --inner
