@@ -20,7 +20,8 @@
 #               RocksDB and the arena), the new one takes over alone
 # Each case also requires the history to hold every kind of answer (PUT ok,
 # DELETE ok and not_found, GET of a value and not_found) and ops after each
-# event. ~2.5 min in the TCG guest (each node start is ~20 s of it).
+# event. HC_SAVE=DIR keeps each case's history as DIR/CASE.tsv.
+# ~2.5 min in the TCG guest (each node start is ~20 s of it).
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/upgrade_lib.sh"
 kv_require_device
@@ -76,6 +77,7 @@ check_history() {
     cp "$h" "$KV_DIR"/*.log "$keep/$CASE/" 2>/dev/null || true
     kv_fail "$CASE: kvhistory exited $rc (history kept in $keep/$CASE)"
   fi
+  [[ -z ${HC_SAVE:-} ]] || { mkdir -p "$HC_SAVE" && cp "$h" "$HC_SAVE/$CASE.tsv"; }
   local failed
   failed=$(awk -F'\t' 'NR > 1 && $6 == "failed"' "$h" | wc -l)
   kv_ok "$CASE: $(($(wc -l <"$h") - 1)) operations ($failed failed) linearizable"
