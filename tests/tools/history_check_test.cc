@@ -87,7 +87,9 @@ TEST(LinearizeTest, OlderReadAfterNewerReadIsNotLinearizable) {
   EXPECT_EQ(v.state, "b");
   ASSERT_EQ(v.stuck.size(), 1u);
   EXPECT_EQ(v.stuck[0], 3u);
-  EXPECT_NE(v.reasons[0].find("reads a, the register holds b"), std::string::npos) << v.reasons[0];
+  EXPECT_NE(v.reasons[0].find("reads a (written by line 2), the register holds b"),
+            std::string::npos)
+      << v.reasons[0];
   const std::string text = DescribeVerdict(v, bad.ops());
   EXPECT_NE(text.find("NOT LINEARIZABLE"), std::string::npos) << text;
   EXPECT_NE(text.find("line 5"), std::string::npos) << text;  // the older read

@@ -80,11 +80,8 @@ class KeyChecker {
     const Result r = Search();
     v.steps = steps_;
     if (r == Result::kOk) return v;
-    if (r == Result::kBudget) {
-      v.result = KeyVerdict::Result::kUndecided;
-      return v;
-    }
-    v.result = KeyVerdict::Result::kNotLinearizable;
+    v.result = r == Result::kBudget ? KeyVerdict::Result::kUndecided
+                                    : KeyVerdict::Result::kNotLinearizable;
     Explain(&v);
     return v;
   }
@@ -93,7 +90,7 @@ class KeyChecker {
   enum class Result { kOk, kFail, kBudget };
   struct Frame {
     int32_t entry;
-    int32_t prelude;  // a failed write's call entry applied just before, or -1
+    int32_t prelude;  // a failed write (operation) applied just before, or -1
     int32_t state;    // before both
     bool forced;      // it left the state as it was: no sibling to try
     uint8_t pass;     // Search's pass it was chosen in
@@ -220,9 +217,17 @@ class KeyChecker {
     return false;
   }
 
+  static bool IsPrelude(Step s) { return s == Step::kDeleteIfPresent || s == Step::kPutIfAbsent; }
+
+  // The list holds every operation but the preludes (never tried alone):
+  // those go, by call time, to a list per kind for FindPrelude.
   void BuildEntries() {
     std::vector<std::tuple<uint64_t, bool, uint32_t>> events;
     for (uint32_t i = 0; i < ops_.size(); ++i) {
+      if (IsPrelude(ops_[i].step)) {
+        (ops_[i].step == Step::kDeleteIfPresent ? prelude_deletes_ : prelude_puts_).push_back(i);
+        continue;
+      }
       events.emplace_back(ops_[i].call, false, i);
       if (ops_[i].required) events.emplace_back(ops_[i].ret, true, i);
     }
@@ -245,6 +250,10 @@ class KeyChecker {
       }
     }
     entries_[0].next = events.empty() ? -1 : 1;
+    for (auto* l : {&prelude_deletes_, &prelude_puts_}) {
+      std::sort(l->begin(), l->end(),
+                [&](uint32_t a, uint32_t b) { return ops_[a].call < ops_[b].call; });
+    }
     Rng rng(0x6b76686973746f72ull);  // fixed: verdicts are reproducible
     zobrist_.resize(ops_.size());
     for (auto& z : zobrist_) z = {rng.Next(), rng.Next()};
@@ -368,12 +377,12 @@ class KeyChecker {
       const bool forced = op.required && prelude < 0 && next == state_ && ReadsOnly(op.step);
       const auto [za, zb] = zobrist_[en.op];
       const uint64_t na = op.required ? ha_ ^ za : ha_, nb = op.required ? hb_ ^ zb : hb_;
-      if (prelude >= 0) MarkApplied(entries_[prelude].op);
+      if (prelude >= 0) MarkApplied(prelude);
       if (!op.required) MarkApplied(en.op);
       const bool fresh = memo.Insert(na, nb, next, applied_, is_applied_);
       if (!fresh) {
         if (!op.required) UnmarkApplied(en.op);
-        if (prelude >= 0) UnmarkApplied(entries_[prelude].op);
+        if (prelude >= 0) UnmarkApplied(prelude);
       }
       if (fresh) {
         Push({e, prelude, state_, forced, pass});
@@ -381,7 +390,6 @@ class KeyChecker {
         ha_ = na;
         hb_ = nb;
         remaining_ -= op.required;
-        if (prelude >= 0) Lift(prelude);
         Lift(e);
         e = entries_[0].next;
         pass = 0;
@@ -420,21 +428,26 @@ class KeyChecker {
   // are they worth applying (linearize.h rules 2 and 3: anywhere else their
   // effect is unseen or breaks the next operation, and moving one later, up
   // to the operation it serves, is always allowed). All such failed writes
-  // that may take effect now behave alike, so the first one serves.
-  // Sets *prelude (its call entry) and *next (the register after both).
+  // that may take effect now (called by the first pending return) behave
+  // alike, so the earliest called one not applied yet serves.
+  // Sets *prelude (the operation) and *next (the register after both).
   bool FindPrelude(const Op& op, int32_t* prelude, int32_t* next) const {
-    Step need;
+    const std::vector<uint32_t>* kind;
     if ((op.step == Step::kGetAbsent || op.step == Step::kDeleteNotFound) &&
         (state_ >= 0 || state_ == kUnread)) {
-      need = Step::kDeleteIfPresent;
+      kind = &prelude_deletes_;
     } else if (op.step == Step::kDeleteOk && state_ == kAbsent) {
-      need = Step::kPutIfAbsent;
+      kind = &prelude_puts_;
     } else {
       return false;
     }
-    for (int32_t x = entries_[0].next; x >= 0 && !entries_[x].is_return; x = entries_[x].next) {
-      if (ops_[entries_[x].op].step == need) {
-        *prelude = x;
+    int32_t x = entries_[0].next;
+    while (x >= 0 && !entries_[x].is_return) x = entries_[x].next;
+    const uint64_t horizon = x >= 0 ? ops_[entries_[x].op].ret : kNever;
+    for (uint32_t o : *kind) {
+      if (ops_[o].call > horizon) break;
+      if (!is_applied_[o]) {
+        *prelude = static_cast<int32_t>(o);
         *next = kAbsent;
         return true;
       }
@@ -457,10 +470,7 @@ class KeyChecker {
         UnmarkApplied(o);
       }
       Unlift(f.entry);
-      if (f.prelude >= 0) {
-        UnmarkApplied(entries_[f.prelude].op);
-        Unlift(f.prelude);
-      }
+      if (f.prelude >= 0) UnmarkApplied(f.prelude);
       state_ = f.state;
       *e = entries_[f.entry].next;
       *pass = f.pass;
@@ -496,10 +506,11 @@ class KeyChecker {
     const std::string holds = absl::StrCat("the register holds ", StateName(s));
     switch (op.step) {
       case Step::kGetValue:
-        return absl::StrCat("reads ", names_[op.value], ", ", holds,
+        return absl::StrCat("reads ", names_[op.value],
                             writer_line_[op.value] == 0
-                                ? std::string(" (no PUT writes that value)")
-                                : absl::StrCat(" (line ", writer_line_[op.value], " wrote it)"));
+                                ? std::string(" (no PUT writes it)")
+                                : absl::StrCat(" (written by line ", writer_line_[op.value], ")"),
+                            ", ", holds);
       case Step::kGetAbsent:
         return absl::StrCat("reads not_found, ", holds);
       case Step::kPut:
@@ -521,7 +532,7 @@ class KeyChecker {
     int32_t state = options_.initial == LinearizeOptions::Initial::kAny ? kAnyState : kAbsent;
     std::vector<uint32_t> order;  // the prefix's operations, preludes included
     for (const Frame& f : best_) {
-      if (f.prelude >= 0) order.push_back(entries_[f.prelude].op);
+      if (f.prelude >= 0) order.push_back(f.prelude);
       order.push_back(entries_[f.entry].op);
     }
     for (uint32_t o : order) {
@@ -544,7 +555,12 @@ class KeyChecker {
     }
     std::vector<size_t> stuck;
     for (size_t o = 0; o < ops_.size(); ++o) {
-      if (!in_best[o] && ops_[o].call <= first_ret) stuck.push_back(o);
+      if (in_best[o] || ops_[o].call > first_ret) continue;
+      if (IsPrelude(ops_[o].step)) {
+        ++v->unused_failed_writes;
+      } else {
+        stuck.push_back(o);
+      }
     }
     std::sort(stuck.begin(), stuck.end(),
               [&](size_t a, size_t b) { return ops_[a].call < ops_[b].call; });
@@ -576,8 +592,10 @@ class KeyChecker {
   int32_t state_ = kAbsent;
   uint64_t ha_ = 0, hb_ = 0;
   size_t remaining_ = 0;
-  size_t prelude_optional_ = 0;  // failed writes applied only as preludes
-  size_t free_optional_ = 0;     // failed PUTs tried on their own (pass 2)
+  size_t prelude_optional_ = 0;            // failed writes applied only as preludes
+  std::vector<uint32_t> prelude_deletes_;  // kDeleteIfPresent, by call time
+  std::vector<uint32_t> prelude_puts_;     // kPutIfAbsent, by call time
+  size_t free_optional_ = 0;               // failed PUTs tried on their own (pass 2)
   std::vector<uint32_t> applied_;
   std::vector<uint8_t> is_applied_;
   std::vector<Frame> stack_;
@@ -619,12 +637,21 @@ std::string DescribeVerdict(const KeyVerdict& v, std::span<const HistoryOp> ops)
                                                                         : "UNDECIDED (step limit)";
   std::string out =
       absl::StrFormat("key %s: %s (%d operations, %d search steps)\n", v.key, what, v.ops, v.steps);
-  if (v.result != KeyVerdict::Result::kNotLinearizable) return out;
+  if (v.result == KeyVerdict::Result::kLinearizable) return out;
+  if (v.result == KeyVerdict::Result::kUndecided) {
+    absl::StrAppend(&out, "  the search stopped; the deepest point it had reached:\n");
+  }
   absl::StrAppendFormat(&out, "  longest linearizable prefix found: %d operations; its last %d:\n",
                         v.prefix_ops, v.tail.size());
   for (size_t i : v.tail) absl::StrAppend(&out, "    ", OpLine(ops[i]), "\n");
   absl::StrAppend(&out, "  register after them: ", v.state, "\n");
   absl::StrAppend(&out, "  none of these can take effect next:\n");
+  if (v.unused_failed_writes > 0) {
+    absl::StrAppendFormat(&out,
+                          "    (nor help %d failed writes called by then and not applied: one "
+                          "only ever takes effect right before an answer it explains)\n",
+                          v.unused_failed_writes);
+  }
   for (size_t k = 0; k < v.stuck.size(); ++k) {
     absl::StrAppend(&out, "    ", OpLine(ops[v.stuck[k]]), "\n      ", v.reasons[k], "\n");
   }

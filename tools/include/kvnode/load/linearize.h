@@ -75,7 +75,8 @@ struct KeyVerdict {
   std::string key;
   size_t ops = 0;      // operations checked (failed GETs are not)
   uint64_t steps = 0;  // operations tried by the search
-  // kNotLinearizable: the window around the point where the search failed.
+  // kNotLinearizable (and kUndecided: where the search had got to): the
+  // window around the point where the search failed.
   // Indices into the operations passed to CheckKey.
   //   prefix_ops   how many operations the longest linearizable prefix found
   //                holds (the search's deepest point)
@@ -91,6 +92,7 @@ struct KeyVerdict {
   std::string state;
   std::vector<size_t> stuck;
   std::vector<std::string> reasons;
+  size_t unused_failed_writes = 0;  // rules 2 and 3 ones called by then, not in `stuck`
 };
 
 // Checks the operations of ONE key (all with the same key).
