@@ -51,7 +51,9 @@ start_load() { # extra kvload flags...
 }
 
 # Stops kvload (SIGINT: it drains and writes its history) and checks the
-# history. $1: "strict" requires zero failed operations.
+# history. $1: "strict" requires zero failed operations; $2: a client counter
+# of kvload's report (moves, reconnects) that must be >= $3, proof that the
+# clients lived through the event.
 check_history() {
   kill -INT "$LOAD_PID"
   local rc=0 h=$KV_DIR/history.tsv
@@ -61,6 +63,11 @@ check_history() {
     tail -n 20 "$KV_DIR/kvload.log" >&2
     kv_fail "$CASE: kvload exited $rc"
   fi
+  python3 - "$KV_DIR/report.json" "$2" "$3" <<'PY' || kv_fail "$CASE: the clients did not see the event"
+import json, sys
+c = json.load(open(sys.argv[1]))["client"]
+assert c[sys.argv[2]] >= int(sys.argv[3]), f"{sys.argv[2]} {c[sys.argv[2]]} < {sys.argv[3]}: {c}"
+PY
   # Every kind of answer is in the history: the check cannot pass vacuously.
   local kinds
   kinds=$(awk -F'\t' 'NR > 1 && $6 != "failed" { k[$2 " " $6] = 1 }
@@ -107,7 +114,7 @@ case_upgrades() {
   more_puts "$(puts_now)" 200 "the refused upgrade"
   up_upgrade kill
   more_puts "$(puts_now)" 200 "the second upgrade"
-  check_history strict
+  check_history strict moves 12
   stop_node
 }
 
@@ -127,7 +134,7 @@ case_kill9() {
     more_puts 0 200 "restart $i"
     kv_log "$CASE: SIGKILL $i and cold restart; writes flow again"
   done
-  check_history lenient
+  check_history lenient reconnects 6
   stop_node
 }
 
@@ -145,7 +152,7 @@ case_old_killed() {
   KV_PID=$(up_ping_field pid)
   kv_wait_for 60 clients_are 6 || kv_fail "$CASE: clients did not reconnect to N"
   more_puts "$(puts_now)" 200 "the takeover"
-  check_history lenient
+  check_history lenient reconnects 6
   stop_node
 }
 
