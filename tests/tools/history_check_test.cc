@@ -3,13 +3,16 @@
 // in one operation and passes, so no test can pass by rejecting everything.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "kvnode/load/history.h"
 #include "kvnode/load/linearize.h"
+#include "kvnode/load/rng.h"
 
 namespace kvnode::load {
 namespace {
@@ -245,6 +248,119 @@ TEST(LinearizeTest, GeneratedHistory) {
   bool found = false;
   for (size_t s : v.stuck) found |= s == late;
   EXPECT_TRUE(found) << DescribeVerdict(v, k0);
+}
+
+// The search's shortcuts (forced reads, preludes, shared unread values, the
+// memo's cover) against brute force: every order of every subset of the
+// failed writes, on many small random histories with overlapping times,
+// repeated values and failed writes.
+bool BruteForce(const std::vector<HistoryOp>& all, LinearizeOptions::Initial initial) {
+  std::vector<HistoryOp> ops;
+  for (const HistoryOp& h : all) {
+    if (!(h.kind == K::kGet && h.outcome == O::kFailed)) ops.push_back(h);
+  }
+  std::vector<std::string> starts = {""};  // "" = absent
+  if (initial == kAny) {
+    std::set<std::string> written, read;
+    for (const HistoryOp& h : ops) (h.kind == K::kPut ? written : read).insert(h.value);
+    for (const std::string& v : read) {
+      if (!v.empty() && !written.count(v)) starts.push_back(v);
+    }
+    starts.push_back("?");  // a value nobody reads or writes
+  }
+  const auto ret = [](const HistoryOp& h) {
+    return h.outcome == O::kFailed ? UINT64_MAX : h.return_ns;
+  };
+  const size_t n = ops.size();
+  for (uint32_t mask = 0; mask < (1u << n); ++mask) {
+    std::vector<size_t> pick;
+    bool ok = true;
+    for (size_t i = 0; i < n; ++i) {
+      const bool in = mask >> i & 1;
+      if (!in && ops[i].outcome != O::kFailed) ok = false;
+      if (in) pick.push_back(i);
+    }
+    if (!ok) continue;
+    do {
+      bool order = true;
+      for (size_t x = 0; x < pick.size() && order; ++x) {
+        for (size_t y = x + 1; y < pick.size() && order; ++y) {
+          order = !(ret(ops[pick[y]]) < ops[pick[x]].call_ns);  // y returned before x called
+        }
+      }
+      for (size_t st = 0; order && st < starts.size(); ++st) {
+        std::string reg = starts[st];
+        bool good = true;
+        for (size_t i : pick) {
+          const HistoryOp& h = ops[i];
+          if (h.kind == K::kPut) {
+            reg = h.value;
+          } else if (h.kind == K::kGet) {
+            good &= h.outcome == O::kOk ? reg == h.value : reg.empty();
+          } else {
+            if (h.outcome == O::kOk) good &= !reg.empty();
+            if (h.outcome == O::kNotFound) good &= reg.empty();
+            reg.clear();
+          }
+        }
+        if (good) return true;
+      }
+    } while (std::next_permutation(pick.begin(), pick.end()));
+  }
+  return false;
+}
+
+TEST(LinearizeTest, AgreesWithBruteForce) {
+  Rng rng(7);
+  const char* values[] = {"a", "b", "c"};
+  size_t linearizable = 0, failed_writes = 0;
+  for (int round = 0; round < 20000; ++round) {
+    std::vector<HistoryOp> ops;
+    const size_t n = 1 + rng.Uniform(6);
+    for (size_t i = 0; i < n; ++i) {
+      HistoryOp h;
+      h.key = "k";
+      h.line = i + 2;
+      h.call_ns = rng.Uniform(8);
+      h.return_ns = h.call_ns + rng.Uniform(5);
+      h.kind = static_cast<K>(rng.Uniform(3));
+      const bool fail = rng.Uniform(5) == 0;
+      switch (h.kind) {
+        case K::kPut:
+          h.value = values[rng.Uniform(3)];
+          h.outcome = fail ? O::kFailed : O::kOk;
+          break;
+        case K::kGet:
+          h.outcome = fail ? O::kFailed : rng.Uniform(3) == 0 ? O::kNotFound : O::kOk;
+          if (h.outcome == O::kOk) h.value = values[rng.Uniform(3)];
+          break;
+        case K::kDelete:
+          h.outcome = fail ? O::kFailed : rng.Uniform(2) == 0 ? O::kNotFound : O::kOk;
+          break;
+      }
+      failed_writes += fail && h.kind != K::kGet;
+      ops.push_back(h);
+    }
+    for (auto initial : {LinearizeOptions::Initial::kAbsent, kAny}) {
+      const bool want = BruteForce(ops, initial);
+      LinearizeOptions o;
+      o.initial = initial;
+      const KeyVerdict v = CheckKey(ops, o);
+      linearizable += want;
+      std::string dump;
+      for (const HistoryOp& h : ops) {
+        AppendHistoryLine({h.client, h.kind, h.key, h.call_ns, h.return_ns, h.outcome, h.value},
+                          &dump);
+      }
+      ASSERT_EQ(v.result == R::kLinearizable, want)
+          << dump << "round " << round << " initial " << (initial == kAny ? "any" : "absent") << "\n"
+          << DescribeVerdict(v, ops);
+    }
+  }
+  // Both answers were common, and failed writes too: the comparison means something.
+  EXPECT_GT(linearizable, 4000u);
+  EXPECT_LT(linearizable, 36000u);
+  EXPECT_GT(failed_writes, 5000u);
 }
 
 TEST(HistoryFormatTest, LineRoundTrip) {
