@@ -35,13 +35,18 @@
 // memoization of (set of operations linearized, register) as in Porcupine
 // (Athalye) and Knossos: the events (calls and returns) in time order, the
 // first return whose operation is not linearized forces a backtrack. Ties of
-// times count as overlapping. Two additions: a required operation that
-// leaves the register unchanged and may take effect is taken without
-// trying its siblings (it can always be moved to that point), and a
-// configuration is skipped when one with the same set and register and a
-// subset of the failed writes applied was explored. The set is identified by a 128-bit Zobrist
-// hash: a collision could only make the checker miss a linearization (a
-// false alarm, never a missed violation), with probability ~ steps^2/2^128.
+// times count as overlapping. Two additions: a required operation that only
+// reads the register (a GET, a DELETE not_found) and may take effect is
+// taken without trying its siblings (it can always be moved to that point),
+// and a configuration is skipped when one with the same set and register
+// and a subset of the failed writes applied was explored. The set of
+// required operations is identified by a 128-bit Zobrist hash: a collision
+// could only make the checker miss a linearization (a false alarm, never a
+// missed violation), with probability ~ steps^2/2^128. The test checks all
+// this against brute force on random small histories.
+//
+// Cost: exponential in the operations in flight per key at worst; a history
+// that is not linearizable is searched whole up to the violation.
 #ifndef KVNODE_CLIENT_LOAD_LINEARIZE_H_
 #define KVNODE_CLIENT_LOAD_LINEARIZE_H_
 
