@@ -63,6 +63,7 @@ check_history() {
     tail -n 20 "$KV_DIR/kvload.log" >&2
     kv_fail "$CASE: kvload exited $rc"
   fi
+  ! grep -a -- "--history:" "$KV_DIR/kvload.log" >&2 || kv_fail "$CASE: the history was not all written"
   python3 - "$KV_DIR/report.json" "$2" "$3" <<'PY' || kv_fail "$CASE: the clients did not see the event"
 import json, sys
 c = json.load(open(sys.argv[1]))["client"]
