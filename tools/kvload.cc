@@ -3,13 +3,17 @@
 //   kvload --server 127.0.0.1:7000 --workload A --clients 8 --threads 2
 //          --depth 4 --duration 20 --verify --ack_log acks.log --report r.json
 //   kvload --audit acks.log      (every acknowledged write still readable?)
+//   kvload ... --history h.tsv   then  kvhistory h.tsv   (linearizable?)
 //
 // Threads each drive several Clients (libkvclient), keeping --depth
 // operations outstanding per client. With --verify every value written
 // encodes its key and a per-key version under a checksum, every value read
 // is checked (corrupt, wrong key, stale, missing, unknown version), and
-// acknowledged writes go to --ack_log. A progress line goes to stderr each
-// second; the summary to stdout, the JSON report to --report.
+// acknowledged writes go to --ack_log. With --history every operation (its
+// client, key, value id, call and return times, outcome) goes to a history
+// file that kvhistory checks for linearizability (history.h). A progress
+// line goes to stderr each second; the summary to stdout, the JSON report to
+// --report.
 // Exit status: 0 all good; 1 a failed operation or verification (or a failed
 // audit); 2 bad flags or no connection.
 #include <gflags/gflags.h>
@@ -35,6 +39,7 @@
 #include "kvnode/client/admin.h"
 #include "kvnode/client/client.h"
 #include "kvnode/load/ack_log.h"
+#include "kvnode/load/history.h"
 #include "kvnode/load/report.h"
 #include "kvnode/load/rng.h"
 #include "kvnode/load/stall_meter.h"
@@ -65,6 +70,12 @@ DEFINE_bool(preload, false, "write every key once before the measured run");
 DEFINE_bool(verify, false, "verify every value read; count stale reads");
 DEFINE_string(ack_log, "", "append acknowledged writes to this file (for --audit)");
 DEFINE_string(audit, "", "audit mode: check every write acknowledged in this ack log");
+DEFINE_string(history, "",
+              "write every operation (preload included) to this file, for kvhistory's "
+              "linearizability check (value_size >= 32: values carry their version)");
+DEFINE_bool(serial_key_writes, true,
+            "at most one write of a key in flight (a write drawn for a busy key becomes a "
+            "GET); --verify needs it. false: writes of a key race each other (for --history)");
 DEFINE_string(report, "", "write the JSON report here");
 DEFINE_string(latency_cdf, "",
               "write the GET latency CDF here (text: 'latency_us fraction' per line, "
@@ -116,6 +127,10 @@ struct Shared {
   absl::Time t0_abs;  // t0 on the clients' clock (their OpResult timestamps)
   SteadyClock::time_point end;
   bool verify = false;
+  bool serial_key_writes = true;
+  std::unique_ptr<load::HistoryWriter> history;  // --history, or null
+  SteadyClock::time_point history_t0;            // its times are ns since this
+  uint32_t threads = 1;
   std::atomic<uint64_t> preload_next{0};
   std::atomic<uint64_t> errors_logged{0};
 };
@@ -127,6 +142,8 @@ struct Pending {
   uint64_t version = 0;
   load::ReadSnapshot snap;
   bool preload = false;
+  uint32_t client = 0;   // for --history: the client's index
+  uint64_t call_ns = 0;  // for --history: before Submit
 };
 
 class Worker {
@@ -137,6 +154,9 @@ class Worker {
         clients_(std::move(clients)),
         rng_(load::Rng::ForStream(shared->wopt.seed, index)) {
     for (auto& c : clients_) raw_.push_back(c.get());
+    // Clients were dealt round-robin to the threads: client j of thread t
+    // is client t + j * threads.
+    for (uint32_t j = 0; j < raw_.size(); ++j) client_ids_.push_back(index + j * shared->threads);
     // Each client has --depth operations plus up to --depth held writes
     // (libkvclient's max_outstanding_writes) in flight.
     pending_.resize(clients_.size() * FLAGS_depth * 2);
@@ -158,6 +178,7 @@ class Worker {
     return stats_;
   }
   uint64_t preload_failures() const { return preload_failures_; }
+  bool history_failed() const { return history_failed_; }
   const std::vector<std::unique_ptr<Client>>& clients() const { return clients_; }
 
  private:
@@ -177,8 +198,10 @@ class Worker {
   }
 
   // Submits one operation on client c; false if nothing more to issue.
-  bool IssueOne(Client* c, bool preload) {
+  bool IssueOne(uint32_t ci, bool preload) {
+    Client* c = raw_[ci];
     Pending p;
+    p.client = client_ids_[ci];
     if (preload) {
       if (!NextPreloadKey(&p.key)) return false;
       p.op = load::OpType::kPut;
@@ -196,7 +219,7 @@ class Worker {
         p.op = load::OpType::kRead;
       }
     }
-    if (p.op != load::OpType::kRead) {
+    if (p.op != load::OpType::kRead && shared_->serial_key_writes) {
       uint8_t expected = 0;
       if (!shared_->write_busy[p.key].compare_exchange_strong(expected, 1)) {
         if (preload) return true;    // cannot happen: each key once
@@ -228,15 +251,74 @@ class Worker {
     }
     const uint32_t slot = free_.back();
     req.user_data = slot;
+    if (shared_->history != nullptr) p.call_ns = HistoryNow();
     absl::Status st = c->Submit(req);
     if (!st.ok()) {
       if (p.op != load::OpType::kRead) shared_->write_busy[p.key].store(0);
+      if (shared_->history != nullptr) RecordHistory(p, HistoryNow(), st, "");
       Fail(p, st);
       return false;  // the client is closed or lost for good: stop issuing
     }
     free_.pop_back();
     pending_[slot] = p;
     return true;
+  }
+
+  uint64_t HistoryNow() const {
+    return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                     SteadyClock::now() - shared_->history_t0)
+                                     .count());
+  }
+
+  // One history line into this thread's buffer, handed to the writer in
+  // 256 KiB chunks (and at the end of each phase).
+  void RecordHistory(const Pending& p, uint64_t return_ns, const absl::Status& st,
+                     std::string_view value) {
+    load::HistoryEvent e;
+    e.client = p.client;
+    e.kind = p.op == load::OpType::kRead  ? load::HistoryOpKind::kGet
+             : p.op == load::OpType::kPut ? load::HistoryOpKind::kPut
+                                          : load::HistoryOpKind::kDelete;
+    load::FormatKeyTo(p.key, shared_->wopt.key_size, &history_key_);
+    e.key = history_key_;
+    e.call_ns = p.call_ns;
+    e.return_ns = std::max(return_ns, p.call_ns);
+    e.outcome = st.ok()                ? load::HistoryOutcome::kOk
+                : absl::IsNotFound(st) ? load::HistoryOutcome::kNotFound
+                                       : load::HistoryOutcome::kFailed;
+    history_value_.clear();
+    if (p.op == load::OpType::kPut) {
+      absl::StrAppend(&history_value_, p.version);
+    } else if (p.op == load::OpType::kRead && st.ok()) {
+      history_value_.assign(value);
+    }
+    e.value = history_value_;
+    load::AppendHistoryLine(e, &history_buf_);
+    if (history_buf_.size() >= (256u << 10)) FlushHistory();
+  }
+
+  void FlushHistory() {
+    if (history_buf_.empty()) return;
+    if (absl::Status st = shared_->history->Append(history_buf_); !st.ok()) {
+      if (!history_failed_) LOG(ERROR) << "kvload: --history: " << st;
+      history_failed_ = true;
+    }
+    history_buf_.clear();
+  }
+
+  // The id of a value read: the version it carries, or for a value that
+  // fails the check its kind and a digest (never equal to a written id).
+  std::string ReadValueId(std::string_view key, std::string_view value) const {
+    const load::CheckedValue c = load::CheckVerifiedValue(key, value);
+    switch (c.check) {
+      case load::ValueCheck::kOk:
+        return absl::StrCat(c.version);
+      case load::ValueCheck::kWrongKey:
+        return absl::StrCat("wrong_key:", absl::Hex(load::KeyHash(value)));
+      case load::ValueCheck::kCorrupt:
+        break;
+    }
+    return absl::StrCat("corrupt:", absl::Hex(load::KeyHash(value)));
   }
 
   uint64_t SinceT0(absl::Time t) const {
@@ -256,9 +338,18 @@ class Worker {
     }
   }
 
-  void Complete(const OpResult& r, bool writes_held) {
+  // `return_ns`: the history clock read after the Poll that found it.
+  void Complete(const OpResult& r, bool writes_held, uint64_t return_ns) {
     const uint32_t slot = static_cast<uint32_t>(r.user_data);
     const Pending p = pending_[slot];
+    if (shared_->history != nullptr) {
+      std::string id;
+      if (p.op == load::OpType::kRead && r.status.ok()) {
+        load::FormatKeyTo(p.key, shared_->wopt.key_size, &key_);
+        id = ReadValueId(key_, r.value);
+      }
+      RecordHistory(p, return_ns, r.status, id);
+    }
     if (p.op == load::OpType::kRead && !p.preload && writes_held) {
       ++stats_.reads_while_writes_held;
     }
@@ -322,11 +413,12 @@ class Worker {
         room |= c->available(preload ? OpKind::kPut : OpKind::kGet) > 0;
       }
       if (issuing && room && !free_.empty()) issuing = preload ? !g_stop.load() : MayIssue();
-      for (Client* c : raw_) {
+      for (uint32_t ci = 0; ci < raw_.size(); ++ci) {
+        Client* c = raw_[ci];
         // The preload only writes; the run picks a GET when writes are held.
         while (issuing && c->available(preload ? OpKind::kPut : OpKind::kGet) > 0 &&
                !free_.empty()) {
-          if (!IssueOne(c, preload)) {
+          if (!IssueOne(ci, preload)) {
             issuing = false;
             break;
           }
@@ -337,7 +429,8 @@ class Worker {
           n = c->Poll(std::span<OpResult>(results));
           if (n == 0) break;
           const bool held = c->writes_held() > 0;
-          for (size_t i = 0; i < n; ++i) Complete(results[i], held);
+          const uint64_t return_ns = shared_->history != nullptr ? HistoryNow() : 0;
+          for (size_t i = 0; i < n; ++i) Complete(results[i], held, return_ns);
           progress = true;
         } while (n == std::size(results));
       }
@@ -360,6 +453,7 @@ class Worker {
         Client::WaitAny(raw_, absl::Now() + absl::Milliseconds(issuing ? 2 : 10));
       }
     }
+    if (shared_->history != nullptr) FlushHistory();
     std::lock_guard<std::mutex> l(mu_);
     published_ = stats_;
   }
@@ -368,6 +462,7 @@ class Worker {
   uint32_t index_;
   std::vector<std::unique_ptr<Client>> clients_;
   std::vector<Client*> raw_;
+  std::vector<uint32_t> client_ids_;  // raw_[i]'s index among all clients
   load::Rng rng_;
   std::vector<Pending> pending_;
   std::vector<uint32_t> free_;
@@ -375,6 +470,10 @@ class Worker {
   std::string key_;
   load::LoadStats stats_;
   uint64_t preload_failures_ = 0;
+  std::string history_buf_;
+  std::string history_key_;
+  std::string history_value_;
+  bool history_failed_ = false;
   std::mutex mu_;
   load::LoadStats published_;
 };
@@ -473,7 +572,8 @@ int main(int argc, char** argv) {
   gflags::SetUsageMessage(
       "load generator and verifier for kvnode.\n"
       "  kvload [--server HOST:PORT] [--workload A|B|C] [--clients N --threads T --depth D] "
-      "[--duration S | --ops N] [--preload] [--verify --ack_log FILE] [--report FILE.json]\n"
+      "[--duration S | --ops N] [--preload] [--verify --ack_log FILE] [--report FILE.json] "
+      "[--history FILE]\n"
       "  kvload --audit ACK_LOG [--server HOST:PORT]");
   // --help lists this program's own flags; --helpfull adds gflags' and glog's.
   gflags::ParseCommandLineNonHelpFlags(&argc, &argv, true);
@@ -535,6 +635,17 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "kvload: --ack_log needs --verify (values must carry versions)\n");
     return 2;
   }
+  if (FLAGS_verify && !FLAGS_serial_key_writes) {
+    std::fprintf(stderr,
+                 "kvload: --verify needs --serial_key_writes (its stale check assumes one "
+                 "write per key in flight)\n");
+    return 2;
+  }
+  if (!FLAGS_history.empty() && w.value_size < load::kMinVerifiedValueSize) {
+    std::fprintf(stderr, "kvload: --history needs --value_size >= %zu (values carry versions)\n",
+                 load::kMinVerifiedValueSize);
+    return 2;
+  }
   absl::StatusOr<load::KeyChooser> chooser = load::KeyChooser::Create(w);
   if (!chooser.ok()) {
     std::fprintf(stderr, "kvload: %s\n", chooser.status().ToString().c_str());
@@ -546,7 +657,17 @@ int main(int argc, char** argv) {
   shared.tracker = std::make_unique<load::VersionTracker>(w.keys, base);
   shared.write_busy = std::make_unique<std::atomic<uint8_t>[]>(w.keys);
   shared.verify = FLAGS_verify;
+  shared.serial_key_writes = FLAGS_serial_key_writes;
   shared.ops_limit = FLAGS_ops;
+  if (!FLAGS_history.empty()) {
+    absl::StatusOr<std::unique_ptr<load::HistoryWriter>> h =
+        load::HistoryWriter::Create(FLAGS_history);
+    if (!h.ok()) {
+      std::fprintf(stderr, "kvload: --history: %s\n", h.status().ToString().c_str());
+      return 2;
+    }
+    shared.history = *std::move(h);
+  }
   if (!FLAGS_ack_log.empty()) {
     absl::StatusOr<std::unique_ptr<load::AckLogWriter>> a = load::AckLogWriter::Open(FLAGS_ack_log);
     if (!a.ok()) {
@@ -558,6 +679,7 @@ int main(int argc, char** argv) {
 
   // Connect every client up front (a node that is not there fails fast).
   const uint32_t threads = std::min(FLAGS_threads, FLAGS_clients);
+  shared.threads = threads;
   std::vector<std::vector<std::unique_ptr<Client>>> per_thread(threads);
   for (uint32_t i = 0; i < FLAGS_clients; ++i) {
     absl::StatusOr<std::unique_ptr<Client>> c =
@@ -585,6 +707,9 @@ int main(int argc, char** argv) {
     return ts;
   };
 
+  // The history's clock starts before the preload, whose writes it holds
+  // too (the --warm phase's GETs it does not).
+  shared.history_t0 = SteadyClock::now();
   uint64_t preload_failures = 0;
   if (FLAGS_preload) {
     const auto p0 = SteadyClock::now();
@@ -695,6 +820,14 @@ int main(int argc, char** argv) {
       total.RecordFailure();
     }
   }
+  bool history_ok = true;
+  if (shared.history != nullptr) {
+    for (auto& wk : workers) history_ok &= !wk->history_failed();
+    if (absl::Status st = shared.history->Close(); !st.ok()) {
+      LOG(ERROR) << "kvload: --history: " << st;
+      history_ok = false;
+    }
+  }
   nlohmann::json config = {
       {"server", FLAGS_server},     {"workload", FLAGS_workload},
       {"read_ratio", w.read_ratio}, {"distribution", FLAGS_distribution},
@@ -763,7 +896,11 @@ int main(int argc, char** argv) {
   for (auto& wk : workers) {
     for (const auto& c : wk->clients()) (void)c->Close();
   }
-  const bool ok = load::RunSucceeded(total) && preload_failures == 0;
-  if (!ok) std::fprintf(stderr, "kvload: FAILED (failed ops or verification errors)\n");
+  const bool ok = load::RunSucceeded(total) && preload_failures == 0 && history_ok;
+  if (!ok) {
+    std::fprintf(stderr,
+                 "kvload: FAILED (failed ops, verification errors or history not "
+                 "written)\n");
+  }
   return ok ? 0 : 1;
 }
