@@ -4,7 +4,7 @@
 // its CQs (cq.h). It takes no lock on the hot path (Post*, Poll). Only the
 // MR pins it takes are atomic (Mr may be shared across threads).
 //
-// Tracking (DESIGN.md rule 2): every work request posted here occupies a
+// Tracking (docs/rdma.md rule 4): every work request posted here occupies a
 // slot until its completion is polled. The slot holds an in-flight pin on
 // each Mr it names, so SafeDeregister refuses those MRs until then. The
 // wr_id on the wire encodes (CQ table index, generation, slot); Cq::Poll
