@@ -352,9 +352,9 @@ TEST(LinearizeTest, AgreesWithBruteForce) {
         AppendHistoryLine({h.client, h.kind, h.key, h.call_ns, h.return_ns, h.outcome, h.value},
                           &dump);
       }
-      ASSERT_EQ(v.result == R::kLinearizable, want)
-          << dump << "round " << round << " initial " << (initial == kAny ? "any" : "absent") << "\n"
-          << DescribeVerdict(v, ops);
+      ASSERT_EQ(v.result == R::kLinearizable, want) << dump << "round " << round << " initial "
+                                                    << (initial == kAny ? "any" : "absent") << "\n"
+                                                    << DescribeVerdict(v, ops);
     }
   }
   // Both answers were common, and failed writes too: the comparison means something.
