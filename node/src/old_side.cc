@@ -230,7 +230,10 @@ void OldSide::OnRequest(server::Server::UpgradeRequest request,
             << " -> " << server_->generation() + 1;
   auto a = std::make_shared<Attempt>();
   if (request.wait) {
-    a->reply = std::move(reply);  // Report() answers at the outcome
+    // Report() answers at the outcome. No other thread has `a` yet, but the
+    // lock analysis cannot know that.
+    absl::MutexLock l(&a->mu);
+    a->reply = std::move(reply);
   } else {
     reply(JsonAnswer(
         true, absl::StrCat("started: ", path, " as generation ", server_->generation() + 1)));
