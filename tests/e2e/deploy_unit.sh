@@ -244,8 +244,7 @@ grep -qi "auth" "$root/wrong.log" || kv_fail "a wrong token was not refused as s
   --report "$root/report.json" --progress=false --connect_timeout_ms 5000 --timeout_ms 30000 \
   >"$root/kvload.log" 2>&1 &
 load_pid=$!
-clients_are() { [[ $(kv_stat clients) == "$1" ]]; }
-kv_wait_for 120 clients_are 2 || kv_fail "kvload's clients did not connect"
+kv_wait_for 120 kv_stat_is clients 2 || kv_fail "kvload's clients did not connect"
 kv_wait_for 60 kv_stat_at_least ops_put 400 || kv_fail "no load"
 
 old=$KV_PID
@@ -266,7 +265,7 @@ kv_wait_for 10 pid_is_new || kv_fail "pid file says $(<"$pid_file") after the up
 runs_as_unit_user "$new"
 owned_by_unit_user "$pid_file"
 kv_wait_for 30 up_not_in_progress || kv_fail "upgrade still in progress on $new"
-kv_wait_for 30 clients_are 2 || kv_fail "clients on the new process: $(kv_stat clients)"
+kv_wait_for 30 kv_stat_is clients 2 || kv_fail "clients on the new process: $(kv_stat clients)"
 # The new process runs with the unit's arguments (a live upgrade keeps them).
 tr '\0' '\n' <"/proc/$new/cmdline" >"$root/new.cmdline"
 for w in --advertise_address=127.0.0.1 "--db_path=$root/var/lib/kvnode/db" \

@@ -30,7 +30,6 @@ KV_KVHISTORY=${KV_KVHISTORY:-$KV_BUILD/tools/kvhistory}
 cases=${HC_CASES:-"upgrades kill9 old_killed"}
 keep=${HC_KEEP:-${TMPDIR:-/tmp}/history_check-failed}
 
-clients_are() { [[ $(kv_stat clients) == "$1" ]]; }
 puts_at_least() { kv_stat_at_least ops_put "$1"; }
 # Waits until the node serving now has applied N more PUTs than `from`
 # (its own counter: 0 after a cold start).
@@ -46,7 +45,7 @@ start_load() { # extra kvload flags...
     --duration 100000 --history "$KV_DIR/history.tsv" --report "$KV_DIR/report.json" \
     --progress=false --connect_timeout_ms 5000 "$@" >"$KV_DIR/kvload.log" 2>&1 &
   LOAD_PID=$!
-  kv_wait_for 120 clients_are 6 || kv_fail "$CASE: kvload's clients did not connect"
+  kv_wait_for 120 kv_stat_is clients 6 || kv_fail "$CASE: kvload's clients did not connect"
   more_puts 0 100 "kvload started"
 }
 
@@ -155,7 +154,7 @@ case_old_killed() {
   wait "$o_pid" 2>/dev/null || true
   grep -q "injected crash at o_pause" "$KV_LOG" || kv_fail "$CASE: O did not crash at o_pause"
   KV_PID=$(up_ping_field pid)
-  kv_wait_for 60 clients_are 6 || kv_fail "$CASE: clients did not reconnect to N"
+  kv_wait_for 60 kv_stat_is clients 6 || kv_fail "$CASE: clients did not reconnect to N"
   more_puts "$(puts_now)" 200 "the takeover"
   check_history lenient reconnects 6
   stop_node

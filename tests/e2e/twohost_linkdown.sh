@@ -21,13 +21,12 @@ th_own_outages
 short=${TH_SHORT_OUTAGE:-2}
 long_outage=${TH_LONG_OUTAGE:-8}
 clients=4
-clients_are() { [[ $(kv_stat clients) == "$1" ]]; }
 
 server() {
   th_start_node
   th_counters_begin
   th_wait client_done 600
-  kv_wait_for 30 clients_are 0 || kv_fail "clients did not go"
+  kv_wait_for 30 kv_stat_is clients 0 || kv_fail "clients did not go"
   th_counters_report "link down ${short}s and ${long_outage}s"
   kv_stop_node
   echo "twohost_linkdown/server: PASS"

@@ -17,7 +17,6 @@ secs=${TH_NETEM_SECONDS:-$([[ $long == 1 ]] && echo 60 || echo 20)}
 read -r -a spec <<<"${TH_NETEM:-loss 1% delay 0.5ms reorder 1%}"
 n=2
 clients=4
-clients_are() { [[ $(kv_stat clients) == "$1" ]]; }
 
 server() {
   local i
@@ -25,16 +24,16 @@ server() {
   th_counters_begin
   th_netem "${spec[@]}"
   th_wait loaded 300
-  kv_wait_for 60 clients_are $clients || kv_fail "$clients clients did not connect: $(kv_stat clients)"
+  kv_wait_for 60 kv_stat_is clients $clients || kv_fail "$clients clients did not connect: $(kv_stat clients)"
   for ((i = 1; i <= n; i++)); do
     up_upgrade kill
-    kv_wait_for 60 clients_are $clients || kv_fail "upgrade $i: clients on the new process: $(kv_stat clients)"
+    kv_wait_for 60 kv_stat_is clients $clients || kv_fail "upgrade $i: clients on the new process: $(kv_stat clients)"
     kv_ok "upgrade $i under netem: $UP_OLD -> $UP_NEW, owned after $(((UP_OWNED_NS - UP_SIG_NS) / 1000000)) ms"
   done
   th_put upgrades_done
   th_wait client_done $((secs + 300))
   th_netem off
-  kv_wait_for 30 clients_are 0 || kv_fail "clients did not go"
+  kv_wait_for 30 kv_stat_is clients 0 || kv_fail "clients did not go"
   th_counters_report "netem ${spec[*]}, ${secs}s, $n upgrades"
   up_stop_node
   echo "twohost_netem/server: PASS"

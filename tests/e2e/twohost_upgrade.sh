@@ -18,20 +18,19 @@ source "$(dirname "$0")/twohost_lib.sh"
 kv_require_device
 n=${TH_UPGRADES:-5}
 clients=4
-clients_are() { [[ $(kv_stat clients) == "$1" ]]; }
 
 server() {
   local i how
   th_start_upgradable_node
   th_counters_begin
   th_wait loaded 300
-  kv_wait_for 60 clients_are $clients || kv_fail "$clients clients did not connect: $(kv_stat clients)"
+  kv_wait_for 60 kv_stat_is clients $clients || kv_fail "$clients clients did not connect: $(kv_stat clients)"
   for ((i = 1; i <= n; i++)); do
     how="kill"
     ((i % 2 == 0)) && how=kvctl
     up_upgrade "$how"
     kv_log "upgrade $i phases (ms): $(up_phases)"
-    kv_wait_for 60 clients_are $clients || kv_fail "upgrade $i: clients on the new process: $(kv_stat clients)"
+    kv_wait_for 60 kv_stat_is clients $clients || kv_fail "upgrade $i: clients on the new process: $(kv_stat clients)"
     # The Move must name the advertised address, never the listener's
     # 0.0.0.0. A client between two sessions at that moment (its QP timed
     # out) is not told, reconnects to the same address and is counted below.
@@ -51,7 +50,7 @@ server() {
   [[ ${ups%.*} -eq $n ]] || kv_fail "stats upgrades=$ups, expected $n"
   refused=$(kv_stat errors.resume_refused)
   [[ $refused == 0 ]] || kv_fail "errors.resume_refused=$refused: clients lost their ids"
-  kv_wait_for 30 clients_are 0 || kv_fail "clients did not go"
+  kv_wait_for 30 kv_stat_is clients 0 || kv_fail "clients did not go"
   th_counters_report "$n upgrades"
   up_stop_node
   echo "twohost_upgrade/server: PASS ($n upgrades)"

@@ -33,7 +33,7 @@ start_load() {
     --report "$LOAD_DIR/report.json" --progress=false --connect_timeout_ms 5000 \
     --timeout_ms "${KV_OP_TIMEOUT_MS:-30000}" >"$LOAD_DIR/kvload.log" 2>&1 &
   LOAD_PID=$!
-  kv_wait_for 120 clients_are $clients || kv_fail "kvload's $clients clients did not connect"
+  kv_wait_for 120 kv_stat_is clients $clients || kv_fail "kvload's $clients clients did not connect"
   kv_wait_for 60 kv_stat_at_least ops_put 600 || kv_fail "no load"
 }
 # SIGINT kvload, then its report must show no failure; sets OPS MOVES REFUSED
@@ -53,7 +53,6 @@ PY
   ) || { tail -20 "$LOAD_DIR/kvload.log" >&2; kv_fail "kvload report: $out"; }
   read -r OPS MOVES REFUSED RECONNECTS <<<"$out"
 }
-clients_are() { [[ $(kv_stat clients) == "$1" ]]; }
 
 # --- 1. wildcard listener, advertised loopback address ------------------------
 kv_start_node --listen 0.0.0.0:0 --advertise_address=127.0.0.1
@@ -64,7 +63,7 @@ KV_ADDR=127.0.0.1:$port # what clients dial (and what the node advertises)
 start_load "$KV_DIR"
 for ((i = 1; i <= n; i++)); do
   up_upgrade kill
-  kv_wait_for 30 clients_are $clients || kv_fail "upgrade $i: clients on the new process: $(kv_stat clients)"
+  kv_wait_for 30 kv_stat_is clients $clients || kv_fail "upgrade $i: clients on the new process: $(kv_stat clients)"
   grep -q "upgrade: $clients clients told to move to 127.0.0.1:$port," "$KV_LOG" ||
     kv_fail "upgrade $i: no Move to 127.0.0.1:$port in the log: $(grep 'told to move' "$KV_LOG" | tail -n 1)"
   kv_ok "upgrade $i: $UP_OLD -> $UP_NEW, clients told to move to 127.0.0.1:$port"
@@ -101,7 +100,7 @@ UP_FIRST_PID=$KV_PID
 A_ADDR=$KV_ADDR
 start_load "$KV_DIR"
 up_upgrade kill
-kv_wait_for 60 clients_are $clients || kv_fail "clients on A's new process: $(kv_stat clients)"
+kv_wait_for 60 kv_stat_is clients $clients || kv_fail "clients on A's new process: $(kv_stat clients)"
 grep -q "upgrade: $clients clients told to move to $B_ADDR," "$KV_LOG" || kv_fail "no Move to $B_ADDR logged"
 # A little load on the new process before stopping.
 puts=$(kv_stat ops_put)
@@ -115,7 +114,7 @@ kv_log "kvload: $(grep -m1 'refused a Move' "$KV_DIR/kvload.log" | sed 's/^.*kvc
 b_puts=$(KV_ADMIN=$B_ADMIN kv_stat ops_put)
 b_gets=$(KV_ADMIN=$B_ADMIN kv_stat ops_get_rpc)
 [[ ${b_puts%.*} -eq 0 && ${b_gets%.*} -eq 0 ]] || kv_fail "node B served $b_puts PUTs / $b_gets RPC GETs"
-KV_ADMIN=$B_ADMIN kv_wait_for 30 clients_are 0 || kv_fail "clients left on node B"
+KV_ADMIN=$B_ADMIN kv_wait_for 30 kv_stat_is clients 0 || kv_fail "clients left on node B"
 kv_ok "wrong node refused: $REFUSED refusals, $RECONNECTS reconnects to $A_ADDR, $OPS ops, 0 failed; B served nothing"
 # B first: up_stop_node counts every kvnode verbs object left.
 A_PID=$KV_PID A_ADMIN=$KV_ADMIN A_SHM=$KV_SHM A_LOG=$KV_LOG

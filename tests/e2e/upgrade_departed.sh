@@ -30,8 +30,7 @@ report="$KV_DIR/report.json"
   --threads 1 --depth 4 --keys 2000 --value_size 64 --duration 100000 --report "$report" \
   --progress=false --connect_timeout_ms 5000 --timeout_ms 30000 >"$KV_DIR/kvload.log" 2>&1 &
 load_pid=$!
-clients_are() { [[ $(kv_stat clients) == "$1" ]]; }
-kv_wait_for 60 clients_are 4 || kv_fail "the connected kvload's 4 clients did not connect"
+kv_wait_for 60 kv_stat_is clients 4 || kv_fail "the connected kvload's 4 clients did not connect"
 
 # --- departed clients ---------------------------------------------------------------
 made=0
@@ -41,7 +40,7 @@ while ((made < departed)); do
     --threads "$(kv_load_threads)" --depth 4 --keys 2000 --value_size 64 --duration 100000 \
     --progress=false --timeout_ms 30000 >"$KV_DIR/departed.log" 2>&1 &
   pid=$!
-  kv_wait_for 60 clients_are $((c + 4)) || kv_fail "departing batch: $(kv_stat clients) clients"
+  kv_wait_for 60 kv_stat_is clients $((c + 4)) || kv_fail "departing batch: $(kv_stat clients) clients"
   # Killed, not stopped (an orderly end says Goodbye and its records go),
   # once it has written about 1100 times a client.
   puts0=$(kv_stat ops_put)
@@ -49,7 +48,7 @@ while ((made < departed)); do
   kv_wait_for 300 enough || kv_fail "departing batch of $c clients: too few writes"
   kill -KILL "$pid"
   wait "$pid" 2>/dev/null || true
-  kv_wait_for 60 clients_are 4 || kv_fail "the killed batch's sessions did not close"
+  kv_wait_for 60 kv_stat_is clients 4 || kv_fail "the killed batch's sessions did not close"
   made=$((made + c))
 done
 records=$(kv_stat client_records)
@@ -68,7 +67,7 @@ for ((i = 1; i <= n; i++)); do
     up_fail "upgrade $i: the pause carried more than the 4 clients in session"
   records=$(kv_stat client_records)
   ((records == departed + 4)) || up_fail "upgrade $i: the new process holds $records records"
-  kv_wait_for 30 clients_are 4 || up_fail "upgrade $i: clients on the new process: $(kv_stat clients)"
+  kv_wait_for 30 kv_stat_is clients 4 || up_fail "upgrade $i: clients on the new process: $(kv_stat clients)"
   kv_ok "upgrade $i: $departed departed records sent before the pause, 4 in it"
 done
 

@@ -130,8 +130,7 @@ for cell in $cells; do
     --ack_log "$acks" --report "$report" --progress=false --connect_timeout_ms 5000 \
     --timeout_ms "$cell_op_timeout" >"$KV_DIR/kvload.log" 2>&1 &
   load_pid=$!
-  clients_are() { [[ $(kv_stat clients) == "$1" ]]; }
-  kv_wait_for 120 clients_are 4 || kv_fail "$cell: clients did not connect"
+  kv_wait_for 120 kv_stat_is clients 4 || kv_fail "$cell: clients did not connect"
   t_sig=$(date +%s%N)
   kill -USR2 "$o_pid"
   outcome=""
@@ -206,7 +205,7 @@ for cell in $cells; do
   # Let the clients settle on the survivor, then stop the load. A takeover
   # must also complete under that load: N opened RocksDB (writes going on
   # into the journal meanwhile), replayed the journal and removed it.
-  kv_wait_for 60 clients_are 4 || true
+  kv_wait_for 60 kv_stat_is clients 4 || true
   upgrade_done=yes
   if [[ $outcome == takeover ]]; then
     kv_wait_for 90 up_not_in_progress || upgrade_done=no

@@ -42,8 +42,7 @@ report="$KV_DIR/report.json"
   --ack_log "$acks" --report "$report" --progress=false --connect_timeout_ms 5000 --timeout_ms "${KV_OP_TIMEOUT_MS:-30000}" \
   >"$KV_DIR/kvload.log" 2>&1 &
 load_pid=$!
-clients_are() { [[ $(kv_stat clients) == "$1" ]]; }
-kv_wait_for 120 clients_are 8 || kv_fail "kvload's 8 clients did not connect"
+kv_wait_for 120 kv_stat_is clients 8 || kv_fail "kvload's 8 clients did not connect"
 # kvload's timeline starts when its preload ends (it logs that line then): the
 # upgrade windows are placed on it from that moment, and come after it.
 preloaded() { grep -aq '^kvload: preloaded' "$KV_DIR/kvload.log"; }
@@ -56,7 +55,7 @@ for ((i = 1; i <= n; i++)); do
   how=kill
   ((i % 5 == 0 || i == n)) && how=kvctl
   up_upgrade "$how"
-  kv_wait_for 30 clients_are 8 || kv_fail "upgrade $i: clients on the new process: $(kv_stat clients)"
+  kv_wait_for 30 kv_stat_is clients 8 || kv_fail "upgrade $i: clients on the new process: $(kv_stat clients)"
   bid=$(kv_admin stats | grep -o '"build_id":"[^"]*"' | cut -d'"' -f4)
   want=build-b
   ((i % 2 == 0)) && want=build-a
@@ -145,7 +144,7 @@ rc=0
 [[ $rc -eq 0 ]] || { tail "$KV_DIR/audit.log" >&2; kv_fail "ack-log audit failed (exit $rc)"; }
 kv_ok "ack-log audit passed"
 
-kv_wait_for 10 clients_are 0 || kv_fail "clients did not go"
+kv_wait_for 10 kv_stat_is clients 0 || kv_fail "clients did not go"
 qp_back() { [[ $(up_rdma_count qp "$KV_PID") -eq $base_qp ]]; }
 kv_wait_for 10 qp_back || kv_fail "QPs $(up_rdma_count qp "$KV_PID") != $base_qp"
 foreign=$(user_objects | grep -v "comm kvnode" || true)

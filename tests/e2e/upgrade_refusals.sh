@@ -16,7 +16,6 @@ bins=$(mktemp -d /tmp/kv-e2e-upgrade-refusals.XXXXXX)
 printf '#!/bin/sh\nexec "%s" "$@" --upgrade_test_incompatible=layout\n' "$real" >"$bins/incompatible"
 chmod 755 "$bins/incompatible"
 
-clients_are() { [[ $(kv_stat clients) == "$1" ]]; }
 children_of() { cat /proc/"$1"/task/*/children 2>/dev/null || true; }
 start_load() {
   "$KV_KVLOAD" --server "$KV_ADDR" --auth_token_file "$KV_TOKEN" --workload A --clients 4 \
@@ -24,7 +23,7 @@ start_load() {
     --ack_log "$KV_DIR/acks.log" --report "$KV_DIR/report.json" --progress=false \
     --connect_timeout_ms 5000 --timeout_ms 30000 >"$KV_DIR/kvload.log" 2>&1 &
   LOAD_PID=$!
-  kv_wait_for 120 clients_are 4 || kv_fail "clients did not connect"
+  kv_wait_for 120 kv_stat_is clients 4 || kv_fail "clients did not connect"
 }
 finish_load() { # finish_load WHAT
   kill -INT "$LOAD_PID"
@@ -75,7 +74,7 @@ KV_PID=$(up_ping_field pid)
 "$KV_KVCTL" --admin_socket "$KV_ADMIN" upgrade --binary "$real" >/dev/null ||
   kv_fail "A: request right after an upgrade refused"
 kv_wait_for 90 up_generation_is 3 || kv_fail "A: the upgrade right after did not complete"
-kv_wait_for 30 clients_are 4 || kv_fail "A: clients did not all move"
+kv_wait_for 30 kv_stat_is clients 4 || kv_fail "A: clients did not all move"
 finish_load A
 KV_PID=$(up_ping_field pid)
 kv_wait_for 30 up_not_in_progress || true
@@ -113,7 +112,7 @@ t0=$(date +%s%N)
 kill -KILL "$o_pid"
 wait "$o_pid" 2>/dev/null || true
 KV_PID=$(up_ping_field pid)
-kv_wait_for 60 clients_are 4 || kv_fail "C: clients did not reconnect to N"
+kv_wait_for 60 kv_stat_is clients 4 || kv_fail "C: clients did not reconnect to N"
 kv_log "C: O killed after the handoff; clients on N after $((($(date +%s%N) - t0) / 1000000)) ms"
 finish_load C
 kv_wait_for 30 up_not_in_progress || kv_fail "C: N did not finish the upgrade"

@@ -25,8 +25,7 @@ report="$KV_DIR/report.json"
   --ack_log "$acks" --report "$report" --progress=false --connect_timeout_ms 5000 \
   --timeout_ms 90000 >"$KV_DIR/kvload.log" 2>&1 &
 load_pid=$!
-clients_are() { [[ $(kv_stat clients) == "$1" ]]; }
-kv_wait_for 120 clients_are 2 || kv_fail "clients did not connect"
+kv_wait_for 120 kv_stat_is clients 2 || kv_fail "clients did not connect"
 
 kill -USR2 "$o_pid"
 a=$(kv_admin_until 90 ping '"generation":2,') || kv_fail "generation 2 did not answer within 90 s"
@@ -62,7 +61,7 @@ replayed=$(tail -n +$((log_lines + 1)) "$KV_LOG" |
 [[ ! -e $KV_DIR/db/kvnode-writes.journal ]] || kv_fail "the journal outlived its replay"
 kv_ok "restart replayed $replayed journaled writes (N had journaled $journaled when signalled)"
 
-kv_wait_for 90 clients_are 2 || kv_fail "clients did not reconnect to the restarted node"
+kv_wait_for 90 kv_stat_is clients 2 || kv_fail "clients did not reconnect to the restarted node"
 kv_stop_kvload "$load_pid" "$KV_DIR/kvload.log"
 read -r failed verr stale < <(python3 -c '
 import json, sys
