@@ -181,6 +181,18 @@ absl::Status EncodePayload(const Error& m, StringWriter& w) {
   return absl::OkStatus();
 }
 
+absl::Status EncodePayload(const MapRequest& m, StringWriter& w) {
+  w.U64(m.known_epoch);
+  return absl::OkStatus();
+}
+
+absl::Status EncodePayload(const ShardMapMsg& m, StringWriter& w) {
+  std::string bytes;
+  if (auto s = EncodeShardMap(m.map, &bytes); !s.ok()) return s;
+  w.Bytes(bytes);
+  return absl::OkStatus();
+}
+
 // ---- per-message decode ----
 
 absl::StatusOr<ControlMessage> DecodeHello(Reader& r, uint16_t frame_version) {
@@ -284,6 +296,10 @@ std::string MessageTypeName(uint16_t type) {
       return "Goodbye";
     case MessageType::kError:
       return "Error";
+    case MessageType::kMapRequest:
+      return "MapRequest";
+    case MessageType::kShardMap:
+      return "ShardMap";
   }
   return absl::StrCat("Unknown(", type, ")");
 }
@@ -396,6 +412,20 @@ absl::StatusOr<ControlMessage> DecodeControlPayload(const FrameHeader& header,
     case MessageType::kError:
       m = DecodeReasonText<Error, ErrorCode>(r, "Error");
       break;
+    case MessageType::kMapRequest: {
+      MapRequest q;
+      if (!r.U64(&q.known_epoch)) return Truncated("MapRequest");
+      m = q;
+      break;
+    }
+    case MessageType::kShardMap: {
+      std::string_view rest;
+      r.View(r.remaining(), &rest);
+      absl::StatusOr<ShardMap> map = DecodeShardMap(rest);
+      if (!map.ok()) return map.status();
+      m = ShardMapMsg{*std::move(map)};
+      break;
+    }
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("control: unknown message type ", header.type));

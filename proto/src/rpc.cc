@@ -11,7 +11,7 @@ using wire::Reader;
 using wire::SpanWriter;
 
 bool KnownOpcode(uint8_t op) { return op >= 1 && op <= 4; }
-bool KnownStatus(uint8_t st) { return st <= 4; }
+bool KnownStatus(uint8_t st) { return st <= static_cast<uint8_t>(RpcStatus::kWrongShard); }
 
 std::span<uint8_t> StringSpan(std::string* s) {
   return {reinterpret_cast<uint8_t*>(s->data()), s->size()};
@@ -45,6 +45,8 @@ std::string_view RpcStatusName(RpcStatus st) {
       return "BUSY";
     case RpcStatus::kInternal:
       return "INTERNAL";
+    case RpcStatus::kWrongShard:
+      return "WRONG_SHARD";
   }
   return "?";
 }

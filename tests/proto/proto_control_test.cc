@@ -22,6 +22,15 @@ QpInfo SampleQp(uint32_t seed) {
   return qp;
 }
 
+ShardMap SampleMap() {
+  ShardMap m = *EvenSplit("prod-1", 4096, {"a", "b", "c"});
+  m.epoch = 5;
+  m.nodes[1].endpoint = "10.0.0.2:7000";
+  m.nodes[1].generation = 4;
+  m.nodes[1].alive = true;
+  return m;
+}
+
 std::vector<ControlMessage> AllMessages() {
   Hello hello;
   hello.client_id = 0x0102030405060708;
@@ -66,6 +75,8 @@ std::vector<ControlMessage> AllMessages() {
       Goodbye{GoodbyeReason::kShutdown, "node stopping"},
       Goodbye{static_cast<GoodbyeReason>(999), ""},  // unknown reasons are kept
       Error{ErrorCode::kAuthFailed, "bad token"},
+      MapRequest{3},
+      ShardMapMsg{SampleMap()},
   };
 }
 
@@ -169,7 +180,7 @@ TEST(ControlTest, OversizeLengthIsRejectedFromTheHeaderAlone) {
 }
 
 TEST(ControlTest, UnknownTypesAreRejected) {
-  for (uint16_t type : {0, 11, 12, 0x7fff, 0xffff}) {
+  for (uint16_t type : {0, 13, 14, 0x7fff, 0xffff}) {
     std::string f = Encode(Ready{});
     PutLe(f, 6, type, 2);
     absl::StatusOr<ControlMessage> d = DecodeControlFrame(AsBytes(f));

@@ -148,7 +148,7 @@ TEST(RpcTest, EncoderRefusesInvalidRequests) {
   EXPECT_FALSE(EncodeRequest({Opcode::kDelete, 1, 1, "k", "v"}, &out).ok());
   EXPECT_FALSE(EncodeRequest({Opcode::kPing, 1, 1, "k", ""}, &out).ok());
   EXPECT_FALSE(EncodeRequest({static_cast<Opcode>(9), 1, 1, "k", ""}, &out).ok());
-  EXPECT_FALSE(EncodeResponse({Opcode::kGet, static_cast<RpcStatus>(5), 1, 1, ""}, &out).ok());
+  EXPECT_FALSE(EncodeResponse({Opcode::kGet, static_cast<RpcStatus>(6), 1, 1, ""}, &out).ok());
   EXPECT_FALSE(EncodeResponse({Opcode::kGet, RpcStatus::kOk, 1, 1, too_big_value}, &out).ok());
 
   std::vector<uint8_t> small(kRpcHeaderSize + 2);

@@ -29,6 +29,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kvnode/proto/shard_map.h"
 
 namespace kvnode::proto {
 
@@ -42,7 +43,8 @@ inline constexpr uint32_t kFrameMagic = 0x434e564b;
 inline constexpr size_t kFrameHeaderSize = 12;
 // Largest payload a decoder accepts; bigger lengths are rejected from the
 // header alone, before anything is buffered.
-inline constexpr size_t kMaxControlPayloadSize = 16 * 1024;
+// (64 KiB: a shard map of 64 nodes and 4096 ranges fits, see shard_map.h.)
+inline constexpr size_t kMaxControlPayloadSize = 64 * 1024;
 inline constexpr size_t kMaxFrameSize = kFrameHeaderSize + kMaxControlPayloadSize;
 
 // Field limits (bytes).
@@ -63,6 +65,9 @@ enum class MessageType : uint16_t {
   kMoveAck = 8,       // client -> old server, the move is done
   kGoodbye = 9,       // either way, then the sender closes
   kError = 10,        // either way, then the sender closes
+  // With kFeatureShardMap only:
+  kMapRequest = 11,  // client -> server, send me your shard map
+  kShardMap = 12,    // server -> client, after Ready, on every change, on request
 };
 
 // Name for logs ("Hello", ...), "Unknown(N)" for anything else.
@@ -81,8 +86,13 @@ struct QpInfo {
 };
 
 // Feature bits in Hello.features / Welcome.features. A session uses the AND
-// of both sides' bits; unknown bits are ignored. None are defined in v1.
-inline constexpr uint64_t kKnownFeatures = 0;
+// of both sides' bits; unknown bits are ignored.
+//
+// kFeatureShardMap: the node is a cluster member and the client routes by
+// slot. The node then sends ShardMap frames and answers RpcStatus::kWrongShard
+// for keys of slots it does not own. A node outside a cluster never sets it.
+inline constexpr uint64_t kFeatureShardMap = uint64_t{1} << 0;
+inline constexpr uint64_t kKnownFeatures = kFeatureShardMap;
 
 // The secret that proves a client owns its client id: given in the Welcome
 // that created the id, presented in every Hello that resumes it. 128 bits
@@ -195,8 +205,19 @@ struct Error {
   friend bool operator==(const Error&, const Error&) = default;
 };
 
+struct MapRequest {
+  uint64_t known_epoch = 0;  // the client's map epoch, 0 for none (informational)
+  friend bool operator==(const MapRequest&, const MapRequest&) = default;
+};
+
+// The sending node's current shard map (shard_map.h has its layout).
+struct ShardMapMsg {
+  ShardMap map;
+  friend bool operator==(const ShardMapMsg&, const ShardMapMsg&) = default;
+};
+
 using ControlMessage = std::variant<Hello, Welcome, ClientQp, Ready, Keepalive, KeepaliveAck, Move,
-                                    MoveAck, Goodbye, Error>;
+                                    MoveAck, Goodbye, Error, MapRequest, ShardMapMsg>;
 
 MessageType TypeOf(const ControlMessage& m);
 

@@ -49,6 +49,11 @@ enum class RpcStatus : uint8_t {
   kRejected = 2,  // malformed or too large; retrying will not help
   kBusy = 3,      // try again later (e.g. writes paused by a live upgrade)
   kInternal = 4,  // the server failed (e.g. RocksDB error); the op may be retried
+  // The key's slot is not this node's in its shard map (a cluster node only,
+  // to a client that set kFeatureShardMap). The response's version field is
+  // that map's epoch; the client refreshes its map and resubmits. Nothing
+  // was applied.
+  kWrongShard = 5,
 };
 
 std::string_view OpcodeName(Opcode op);        // "GET", ...; "?" if unknown
