@@ -554,6 +554,12 @@ void Client::Impl::OnResponse(Session* ses, uint32_t i, uint32_t byte_len, absl:
       Finish(idx, absl::InvalidArgumentError(absl::StrCat("server rejected ", OpKindName(s.kind),
                                                           ": ", std::string(r->value))));
       break;
+    case proto::RpcStatus::kWrongShard:
+      // Only sent to a session that asked for shard maps (kFeatureShardMap).
+      Finish(idx, absl::FailedPreconditionError(
+                      absl::StrCat("node answered WRONG_SHARD (map epoch ", r->version, ") to ",
+                                   OpKindName(s.kind), ": the key's slot is another node's")));
+      break;
     case proto::RpcStatus::kBusy: {
       ++stats_.busy;
       Hold(idx);
