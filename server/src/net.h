@@ -18,8 +18,12 @@ struct ListenAddress {
 };
 [[nodiscard]] absl::StatusOr<ListenAddress> ParseListenAddress(absl::string_view s);
 
-// A non-blocking, close-on-exec TCP listener with SO_REUSEADDR.
-[[nodiscard]] absl::StatusOr<int> ListenTcp(const std::string& address);
+// A non-blocking, close-on-exec TCP socket with SO_REUSEADDR bound to
+// `address`, not listening yet: a second node on the port fails at once, and
+// clients that connect before StartListening are refused (and back off)
+// instead of waiting in the backlog for a node that is still starting.
+[[nodiscard]] absl::StatusOr<int> BindTcp(const std::string& address);
+[[nodiscard]] absl::Status StartListening(int fd, const std::string& address);
 
 // A non-blocking Unix stream listener at `path`, mode 0600. The parent
 // directory is created 0700 if missing. A stale socket file (nobody

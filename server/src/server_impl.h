@@ -175,6 +175,7 @@ class ServerImpl {
 
   // Sockets and event loop.
   base::UniqueFd listen_fd_;
+  bool listen_pending_ = false;  // bound by a cold start, listen() once it can serve
   base::UniqueFd admin_fd_;
   base::UniqueFd epoll_fd_;
   base::UniqueFd signal_fd_;

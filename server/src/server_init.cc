@@ -254,9 +254,10 @@ absl::Status ServerImpl::InitSockets(InheritedSockets inherited) {
     if (absl::Status s = CheckListening(inherited.listen_fd, "listen"); !s.ok()) return s;
     listen_fd_.Reset(inherited.listen_fd);
   } else {
-    absl::StatusOr<int> fd = ListenTcp(opt_.listen);
+    absl::StatusOr<int> fd = BindTcp(opt_.listen);
     if (!fd.ok()) return fd.status();
     listen_fd_.Reset(*fd);
+    listen_pending_ = true;
   }
   listen_addr_ = SockName(listen_fd_.get());
   if (opt_.admin_socket.empty()) {
@@ -407,6 +408,11 @@ absl::Status ServerImpl::InitEpoll() {
 }
 
 absl::Status ServerImpl::AddSocketsToEpoll() {
+  // A cold start listens only now that it can serve (BindTcp says why).
+  if (listen_pending_) {
+    if (absl::Status s = StartListening(listen_fd_.get(), opt_.listen); !s.ok()) return s;
+    listen_pending_ = false;
+  }
   for (auto [fd, tag] :
        {std::pair{listen_fd_.get(), kTagListen}, std::pair{admin_fd_.get(), kTagAdminListen}}) {
     epoll_event ev{};
