@@ -2,11 +2,13 @@
 
 #include <signal.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstring>
+#include <fstream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -104,7 +106,7 @@ Store::~Store() {
   if (db_ != nullptr) {
     if (arena_ != nullptr) {
       LOG(WARNING) << "store destroyed without Close(): arena " << arena_->path()
-                   << " left dirty; the next Open rebuilds it";
+                   << " left dirty; the next Open takes it back as after a crash";
     }
     CloseRocksDb();
   }
@@ -159,6 +161,18 @@ absl::StatusOr<uint64_t> ReadMetaU64(rocksdb::DB* db, rocksdb::ColumnFamilyHandl
   if (rs.IsNotFound()) return 0;
   if (!rs.ok()) return FromRocks(rs, what);
   return v.size() == 8 ? LoadU64(v.data()) : 0;
+}
+
+// The kernel's boot id, hashed (0 if unreadable: then no arena is trusted
+// across a start that cannot tell).
+uint64_t BootId() {
+  static const uint64_t id = [] {
+    std::ifstream in("/proc/sys/kernel/random/boot_id");
+    std::string s;
+    if (!std::getline(in, s) || s.empty()) return uint64_t{0};
+    return XXH3_64bits(s.data(), s.size());
+  }();
+  return id;
 }
 
 }  // namespace
@@ -268,6 +282,7 @@ absl::Status Store::Claim() {
   ArenaHeader* h = arena_->header();
   HeaderWord(h->clean).store(0, std::memory_order_release);
   HeaderWord(h->writer_pid).store(static_cast<uint64_t>(getpid()), std::memory_order_relaxed);
+  HeaderWord(h->boot_id).store(BootId(), std::memory_order_relaxed);
   uint64_t gen = HeaderWord(h->generation).load(std::memory_order_acquire);
   {
     // A claimer killed between its RocksDB record and the header leaves the
@@ -324,6 +339,10 @@ std::string Store::ReattachRefusal(Arena& arena, uint64_t replayed, uint64_t db_
   if (db_arena_id != 0 && db_arena_id != h->arena_id) {
     return absl::StrCat("it is arena ", absl::Hex(h->arena_id), ", the database's is ",
                         absl::Hex(db_arena_id));
+  }
+  const uint64_t boot = HeaderWord(h->boot_id).load();
+  if (boot != BootId() && (boot != 0 || HeaderWord(h->clean).load() != 1)) {
+    return "the machine restarted since its last writer claimed it (boot id differs)";
   }
   if (HeaderWord(h->clean).load() != 1 && ProcessRuns(writer)) {
     return absl::StrCat("its writer, pid ", writer, ", still runs");

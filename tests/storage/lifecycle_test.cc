@@ -166,6 +166,32 @@ TEST(ReattachTest, DirtyArenaOfARunningWriterIsRebuilt) {
   ExpectAll(**s, 20, true);
 }
 
+// An arena claimed before the machine restarted (a file-backed one outlives
+// a reboot) is rebuilt: what reached its file is unknown.
+TEST(ReattachTest, ArenaOfAnotherBootIsRebuilt) {
+  TempStore t;
+  for (const bool clean : {false, true}) {
+    SCOPED_TRACE(clean ? "clean" : "dirty");
+    {
+      auto s = Store::Open(t.options);
+      ASSERT_TRUE(s.ok()) << s.status();
+      Fill(**s, 20);
+      if (clean) {
+        ASSERT_TRUE((*s)->Close().ok());
+      }
+      auto a = Arena::Attach(t.options.arena_options());
+      ASSERT_TRUE(a.ok()) << a.status();
+      (*a)->header()->boot_id ^= 1;  // as if written before a reboot
+    }
+    auto s = Store::Open(t.options);
+    ASSERT_TRUE(s.ok()) << s.status();
+    EXPECT_EQ((*s)->opened_as(), Store::OpenedAs::kRebuilt);
+    EXPECT_NE((*s)->open_reason().find("boot id"), std::string::npos) << (*s)->open_reason();
+    ExpectAll(**s, 20, true);
+    ASSERT_TRUE((*s)->Close().ok());
+  }
+}
+
 // Two databases at the same generation and one shm name: the arena left by
 // one is never served for the other, clean or not (the database records
 // which arena it last claimed).

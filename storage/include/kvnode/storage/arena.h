@@ -82,7 +82,12 @@ struct ArenaHeader {
   // it the arena) cannot be trusted and must be rebuilt from RocksDB.
   uint64_t heap_busy;
   uint64_t next_bucket_tag;  // last tag given to an overflow bucket (24 bits, never 0)
-  uint64_t reserved[6];
+  // XXH3 of the kernel's boot id when the last writer claimed the arena (0:
+  // an older build claimed it). A file-backed arena outlives a reboot, but
+  // what reached its file by then is anybody's guess: only an arena of this
+  // boot is taken back after a crash.
+  uint64_t boot_id;
+  uint64_t reserved[5];
   WriteIntent intent;
 };
 
