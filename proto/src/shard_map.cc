@@ -148,6 +148,7 @@ absl::Status EncodeShardMap(const ShardMap& map, std::string* out) {
   if (auto s = map.Validate(); !s.ok()) return s;
   StringWriter w(out);
   w.U64(map.epoch);
+  w.U64(map.members_revision);
   w.U32(map.num_slots);
   PutString(w, map.cluster);
   w.U16(static_cast<uint16_t>(map.nodes.size()));
@@ -169,8 +170,8 @@ absl::StatusOr<ShardMap> DecodeShardMap(std::string_view bytes) {
   Reader r({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()});
   ShardMap m;
   uint16_t node_count;
-  if (!r.U64(&m.epoch) || !r.U32(&m.num_slots) || !GetString(r, kMaxClusterNameSize, &m.cluster) ||
-      !r.U16(&node_count)) {
+  if (!r.U64(&m.epoch) || !r.U64(&m.members_revision) || !r.U32(&m.num_slots) ||
+      !GetString(r, kMaxClusterNameSize, &m.cluster) || !r.U16(&node_count)) {
     return Short("truncated header");
   }
   if (node_count > kMaxMapNodes) return Bad(absl::StrCat(node_count, " nodes"));

@@ -261,15 +261,15 @@ RpcResult HandleRpc(std::span<const uint8_t> request, const RpcContext& ctx,
         absl::StrCat("request names client ", r.client_id, " but this session is ", ctx.client_id),
         response);
   }
-  if (ctx.sharded && r.opcode != Opcode::kPing) {
-    if (std::optional<RpcResult> foreign = ForeignSlot(r, ctx, response)) return *foreign;
-  }
   switch (r.opcode) {
     case Opcode::kPing:
       Count(ctx, Counter::kOpsPing);
       return Answer(Opcode::kPing, RpcStatus::kOk, r.sequence, 0, r.value, response);
 
     case Opcode::kGet: {
+      if (ctx.sharded) {
+        if (std::optional<RpcResult> foreign = ForeignSlot(r, ctx, response)) return *foreign;
+      }
       Count(ctx, Counter::kOpsGetRpc);
       absl::StatusOr<KvBackend::Value> v = ctx.backend->Get(r.key);
       if (!v.ok()) {
@@ -284,14 +284,19 @@ RpcResult HandleRpc(std::span<const uint8_t> request, const RpcContext& ctx,
 
     case Opcode::kPut:
     case Opcode::kDelete: {
-      Count(ctx, r.opcode == Opcode::kPut ? Counter::kOpsPut : Counter::kOpsDelete);
+      // The dedupe window first: a retry of a write this node applied is
+      // answered here even if the slot is no longer this node's (its answer
+      // was lost, then the map changed): rerouted, it would be applied twice.
+      const Counter op = r.opcode == Opcode::kPut ? Counter::kOpsPut : Counter::kOpsDelete;
       if (const DedupeEntry* e = ctx.window->Find(r.sequence); e != nullptr) {
+        Count(ctx, op);
         Count(ctx, Counter::kDedupeHits);
         return Answer(r.opcode, static_cast<RpcStatus>(e->status), r.sequence, e->version, {},
                       response);
       }
       // TooOld() without its second lookup: Find() answered null just now.
       if (ctx.window->has_floor() && r.sequence <= ctx.window->floor()) {
+        Count(ctx, op);
         Count(ctx, ErrorKind::kRpcTooOld);
         return Answer(
             r.opcode, RpcStatus::kRejected, r.sequence, 0,
@@ -299,6 +304,10 @@ RpcResult HandleRpc(std::span<const uint8_t> request, const RpcContext& ctx,
                          ctx.window->floor(), "): it may have been applied"),
             response);
       }
+      if (ctx.sharded) {
+        if (std::optional<RpcResult> foreign = ForeignSlot(r, ctx, response)) return *foreign;
+      }
+      Count(ctx, op);
       if (ctx.writes_paused) {
         ctx.window->Hold(r.sequence);  // invariant 4 of dedupe.h: it will be retried
         Count(ctx, Counter::kRpcBusy);

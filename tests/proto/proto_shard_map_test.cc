@@ -72,9 +72,22 @@ TEST(ShardMapValidate, NamesWhatIsWrong) {
   }
 }
 
+TEST(ShardMap, NewerOrdersByEpochThenMembership) {
+  ShardMap a = Three(), b = Three();
+  a.epoch = 2;
+  b.epoch = 1;
+  b.members_revision = 99;
+  EXPECT_TRUE(Newer(a, b));
+  EXPECT_FALSE(Newer(b, a));
+  b.epoch = 2;
+  EXPECT_TRUE(Newer(b, a));
+  EXPECT_FALSE(Newer(a, a));
+}
+
 TEST(ShardMapWire, RoundTripsAndRefusesEveryTruncation) {
   ShardMap m = Three();
   m.epoch = 9;
+  m.members_revision = 1234;
   m.nodes[2].endpoint = "[::1]:7002";
   m.nodes[2].alive = true;
   m.nodes[2].generation = 3;

@@ -280,15 +280,22 @@ TEST_F(RpcHandlerTest, ForeignSlotIsWrongShardWithTheEpochAndNothingApplied) {
   EXPECT_EQ(metrics_.Snapshot().of(Counter::kRpcWrongShard), 3u);
 }
 
-// The shard check comes before the dedupe window: a write remembered here
-// whose slot moved away is rerouted, not answered from the window.
-TEST_F(RpcHandlerTest, ForeignSlotWinsOverTheDedupeWindow) {
+// The dedupe window comes before the shard check: a write applied here
+// whose answer was lost, retried after its slot moved away, is answered from
+// the window; rerouted to the new owner it would be applied twice. A new
+// sequence for that slot is WRONG_SHARD.
+TEST_F(RpcHandlerTest, ARetryOfAnAppliedWriteIsAnsweredEvenAfterItsSlotMoved) {
   shard_ = TwoNodeView(1);
   const ShardKeys k = KeysFor(*shard_);
-  EXPECT_EQ(Send(Req(Opcode::kPut, 50, k.theirs, "v")).status, RpcStatus::kOk);
+  const Reply first = Send(Req(Opcode::kPut, 50, k.theirs, "v"));
+  EXPECT_EQ(first.status, RpcStatus::kOk);
   sharded_ = true;
-  EXPECT_EQ(Send(Req(Opcode::kPut, 50, k.theirs, "v")).status, RpcStatus::kWrongShard);
-  EXPECT_EQ(metrics_.Snapshot().of(Counter::kDedupeHits), 0u);
+  const Reply retry = Send(Req(Opcode::kPut, 50, k.theirs, "v"));
+  EXPECT_EQ(retry.status, RpcStatus::kOk);
+  EXPECT_EQ(retry.version, first.version);
+  EXPECT_EQ(backend_.puts, 1);
+  EXPECT_EQ(metrics_.Snapshot().of(Counter::kDedupeHits), 1u);
+  EXPECT_EQ(Send(Req(Opcode::kPut, 51, k.theirs, "v")).status, RpcStatus::kWrongShard);
 }
 
 TEST_F(RpcHandlerTest, NoMapYetIsWrongShardEpochZero) {

@@ -10,7 +10,7 @@
 //
 // Wire form (inside the control frame's payload, little endian):
 //
-//   epoch u64 | num_slots u32 | cluster str16 | node_count u16 |
+//   epoch u64 | members_revision u64 | num_slots u32 | cluster str16 | node_count u16 |
 //   node_count x (node_id str16 | endpoint str16 | generation u64 | flags u8) |
 //   range_count u32 | range_count x (first_slot u32 | node u16)
 //
@@ -66,6 +66,11 @@ struct SlotRange {
 struct ShardMap {
   std::string cluster;
   uint64_t epoch = 0;  // >= 1; every change of ownership raises it
+  // The etcd revision the membership (endpoints, generations, alive) was read
+  // at. Membership changes without a new epoch; two maps of one epoch from
+  // two nodes are ordered by it, so a client never takes an older view of
+  // who is alive over a newer one (Newer below).
+  uint64_t members_revision = 0;
   uint32_t num_slots = 0;
   std::vector<MapNode> nodes;
   std::vector<SlotRange> ranges;
@@ -81,6 +86,12 @@ struct ShardMap {
   uint32_t SlotsOwnedBy(uint16_t node) const;
   friend bool operator==(const ShardMap&, const ShardMap&) = default;
 };
+
+// Whether `a` is a newer view than `b`: a higher epoch, or the same epoch
+// with membership read at a later etcd revision.
+inline bool Newer(const ShardMap& a, const ShardMap& b) {
+  return a.epoch != b.epoch ? a.epoch > b.epoch : a.members_revision > b.members_revision;
+}
 
 // The map split evenly over `node_ids` in their order (each gets a run of
 // num_slots / n slots, the first num_slots % n one more), epoch 1, nobody
