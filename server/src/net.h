@@ -18,8 +18,10 @@ struct ListenAddress {
 };
 [[nodiscard]] absl::StatusOr<ListenAddress> ParseListenAddress(absl::string_view s);
 
-// A non-blocking, close-on-exec TCP listener with SO_REUSEADDR.
-[[nodiscard]] absl::StatusOr<int> ListenTcp(const std::string& address);
+// A non-blocking, close-on-exec TCP listener with SO_REUSEADDR. Errors
+// name `flag`, the option the address came from.
+[[nodiscard]] absl::StatusOr<int> ListenTcp(const std::string& address,
+                                            absl::string_view flag = "--listen");
 
 // A non-blocking Unix stream listener at `path`, mode 0600. The parent
 // directory is created 0700 if missing. A stale socket file (nobody

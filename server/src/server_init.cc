@@ -252,6 +252,26 @@ absl::Status ServerImpl::InitSockets(InheritedSockets inherited) {
     if (!fd.ok()) return fd.status();
     admin_fd_.Reset(*fd);
   }
+  return InitMetricsSocket(inherited.metrics_fd);
+}
+
+// The metrics endpoint's socket: bound here, at start, so that a taken port
+// stops the start with the flag named; or the one a live upgrade's old
+// process served it on (the same address, never a gap).
+absl::Status ServerImpl::InitMetricsSocket(int inherited_fd) {
+  if (opt_.metrics_listen.empty()) {
+    if (inherited_fd >= 0) close(inherited_fd);
+    return absl::OkStatus();
+  }
+  if (inherited_fd >= 0) {
+    if (absl::Status s = CheckListening(inherited_fd, "metrics"); !s.ok()) return s;
+    metrics_fd_.Reset(inherited_fd);
+  } else {
+    absl::StatusOr<int> fd = ListenTcp(opt_.metrics_listen, "--metrics_listen");
+    if (!fd.ok()) return fd.status();
+    metrics_fd_.Reset(*fd);
+  }
+  metrics_addr_ = SockName(metrics_fd_.get());
   return absl::OkStatus();
 }
 
