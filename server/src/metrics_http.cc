@@ -13,12 +13,14 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <chrono>
+#include <future>
 #include <optional>
 #include <thread>
 #include <utility>
@@ -78,6 +80,8 @@ class MetricsHttpServer::Impl {
   Impl(Render render, const MetricsHttpOptions& o) : render_(std::move(render)), opt_(o) {}
   absl::Status Open(int listen_fd);
   void Run();
+  void Pause();
+  void Resume();
   void Stop();
 
   const Render render_;
@@ -85,11 +89,15 @@ class MetricsHttpServer::Impl {
   std::string address_;
   const std::shared_ptr<ReplyGate> gate_ = std::make_shared<ReplyGate>();
   std::atomic<uint32_t> connections_{0};
+  bool paused_ = false;  // server thread only
 
   // Declared so that they go in this order: the acceptor (closing only the
   // duplicate), then the io_context (destroying the connections it still
   // holds in pending handlers), after the thread was joined.
   asio::io_context ioc_{1};
+  // Keeps run() running while paused (no accept pending, maybe no
+  // connection): only Stop() ends it.
+  asio::executor_work_guard<asio::io_context::executor_type> work_ = asio::make_work_guard(ioc_);
   tcp::acceptor acceptor_{ioc_};
   asio::steady_timer accept_retry_{ioc_};
   std::thread thread_;
@@ -265,23 +273,48 @@ void MetricsHttpServer::Impl::Accept() {
 }
 
 void MetricsHttpServer::Impl::OnAccept(const error_code& ec, tcp::socket socket) {
-  if (ec == asio::error::operation_aborted) return;  // stopping
-  if (ec) {
+  if (ec == asio::error::operation_aborted) return;  // paused or stopping
+  if (ec && !paused_) {
     // EMFILE and the like: try again shortly rather than spin.
     LOG_EVERY_N(WARNING, 100) << "metrics http " << address_ << ": accept: " << ec.message();
     accept_retry_.expires_after(std::chrono::milliseconds(100));
     accept_retry_.async_wait([this](const error_code& e) {
-      if (!e) Accept();
+      if (!e && !paused_) Accept();
     });
     return;
   }
+  if (ec) return;  // paused meanwhile
+  // Accepted before a Pause() took effect: answered all the same.
   if (connections_.load(std::memory_order_relaxed) >= opt_.max_connections) {
     error_code ignored;
     socket.close(ignored);
   } else {
     std::make_shared<Connection>(this, std::move(socket))->Read();
   }
-  Accept();
+  if (!paused_) Accept();
+}
+
+void MetricsHttpServer::Impl::Pause() {
+  std::promise<void> done;
+  std::future<void> paused = done.get_future();
+  asio::post(ioc_, [this, &done] {
+    paused_ = true;
+    error_code ignored;
+    acceptor_.cancel(ignored);
+    accept_retry_.cancel();
+    done.set_value();
+  });
+  // The server's thread never waits for anyone, so this is short; a
+  // stopped server never runs the task, hence the bound.
+  if (thread_.joinable() && !ioc_.stopped()) paused.wait_for(std::chrono::seconds(5));
+}
+
+void MetricsHttpServer::Impl::Resume() {
+  asio::post(ioc_, [this] {
+    if (!paused_) return;
+    paused_ = false;
+    Accept();
+  });
 }
 
 void MetricsHttpServer::Impl::Stop() {
@@ -313,6 +346,8 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
 
 MetricsHttpServer::MetricsHttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 MetricsHttpServer::~MetricsHttpServer() { Stop(); }
+void MetricsHttpServer::Pause() { impl_->Pause(); }
+void MetricsHttpServer::Resume() { impl_->Resume(); }
 void MetricsHttpServer::Stop() { impl_->Stop(); }
 const std::string& MetricsHttpServer::address() const { return impl_->address_; }
 

@@ -180,7 +180,9 @@ void Server::StopAccepting() {
   ServerImpl& s = *impl_;
   if (!s.accepting_) return;
   s.accepting_ = false;
-  s.StopMetricsHttp();
+  // Scrapes it accepted are still answered (this thread renders them once
+  // it is back in its loop); new ones wait in the backlog.
+  if (s.metrics_http_ != nullptr) s.metrics_http_->Pause();
   epoll_ctl(s.epoll_fd_.get(), EPOLL_CTL_DEL, s.listen_fd_.get(), nullptr);
   epoll_ctl(s.epoll_fd_.get(), EPOLL_CTL_DEL, s.admin_fd_.get(), nullptr);
 }
@@ -188,7 +190,7 @@ void Server::ResumeAccepting() {
   ServerImpl& s = *impl_;
   if (s.accepting_) return;
   s.accepting_ = true;
-  s.StartMetricsHttp();
+  if (s.metrics_http_ != nullptr) s.metrics_http_->Resume();
   for (auto [fd, tag] :
        {std::pair{s.listen_fd_.get(), kTagListen}, std::pair{s.admin_fd_.get(), kTagAdminListen}}) {
     epoll_event ev{};

@@ -148,9 +148,9 @@ class ServerImpl {
   size_t DrainingClients() const;
   void Shutdown();
   StatsView Stats() const;
-  // The metrics endpoint (--metrics_listen): started at Run and by
-  // ResumeAccepting, stopped by StopAccepting and at shutdown. Its scrapes
-  // are rendered on this thread, as `kvctl metrics` is.
+  // The metrics endpoint (--metrics_listen): started at Run, paused by
+  // StopAccepting, resumed by ResumeAccepting, stopped at shutdown. Its
+  // scrapes are rendered on this thread, as `kvctl metrics` is.
   void StartMetricsHttp();
   void StopMetricsHttp();
   Conn* FindConn(uint64_t id) {

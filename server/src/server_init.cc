@@ -233,6 +233,8 @@ absl::Status ServerImpl::InitSockets(InheritedSockets inherited) {
     listen_fd_.Reset(*fd);
   }
   listen_addr_ = SockName(listen_fd_.get());
+  // Before the admin socket: a taken metrics port leaves no socket file.
+  if (absl::Status s = InitMetricsSocket(inherited.metrics_fd); !s.ok()) return s;
   if (opt_.admin_socket.empty()) {
     absl::StatusOr<std::string> p = DefaultAdminSocketPath();
     if (!p.ok()) return p.status();
@@ -252,7 +254,7 @@ absl::Status ServerImpl::InitSockets(InheritedSockets inherited) {
     if (!fd.ok()) return fd.status();
     admin_fd_.Reset(*fd);
   }
-  return InitMetricsSocket(inherited.metrics_fd);
+  return absl::OkStatus();
 }
 
 // The metrics endpoint's socket: bound here, at start, so that a taken port

@@ -59,6 +59,12 @@ class MetricsHttpServer {
   MetricsHttpServer(const MetricsHttpServer&) = delete;
   MetricsHttpServer& operator=(const MetricsHttpServer&) = delete;
 
+  // Stops accepting: once Pause returns, no connection is accepted; those
+  // accepted before are still answered. Resume() accepts again. Any thread
+  // but the server's own; neither waits for a Render.
+  void Pause();
+  void Resume();
+
   // Stops accepting, drops the connections it has (an answer being written
   // is cut), joins the thread and closes the duplicate. The listening
   // socket itself stays open and listening. Idempotent; any thread but the
