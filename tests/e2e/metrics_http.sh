@@ -34,10 +34,8 @@ promtool_ok() { # FILE
   promtool check metrics <"$1" >"$1.promtool" 2>&1 ||
     kv_fail "promtool check metrics: $(cat "$1.promtool")"
 }
-value() { # FILE SERIES -> its value
-  local l
-  l=$(grep -aF -m1 "$2 " "$1") || return 1
-  echo "${l##* }"
+value() { # FILE SERIES -> its value (status 1 when the page has no such series)
+  awk -v s="$2" '$1 == s { print $2; found = 1; exit } END { exit !found }' "$1"
 }
 
 # --- A -----------------------------------------------------------------------
