@@ -9,7 +9,10 @@
 #     (the old process pauses, the socket is handed over, the scrape waits
 #     in the backlog for the new one, never refused); afterwards the same
 #     address serves generation 2, the put counter did not go back, and
-#     the page still passes promtool.
+#     the page still passes promtool;
+#  E. an upgrade that fails after the old process paused the endpoint
+#     (o_handover:fail) rolls back: the scraper again gets 200 every time,
+#     and generation 2 serves on, kvnode_rollbacks_total 1.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/upgrade_lib.sh"
 kv_require_device
@@ -18,6 +21,9 @@ for t in curl promtool; do
 done
 bins=$(mktemp -d /tmp/kv-e2e-metrics-http.XXXXXX)
 up_make_builds "$bins"
+# Build b, as the old process, fails its upgrades at o_handover: after it
+# stopped accepting (E).
+sed -i 's|--build_id=build-b|--build_id=build-b --upgrade_fault=o_handover:fail|' "$bins/kvnode-b"
 KV_NODE_BIN=$bins/kvnode-a
 kv_start_node "${UP_NODE_FLAGS[@]}" --metrics_listen 127.0.0.1:0
 UP_FIRST_PID=$KV_PID
@@ -67,26 +73,36 @@ code() { curl -sS --max-time 30 -o /dev/null -w '%{http_code}' "$@"; }
 kv_ok "C: 404 for other paths, 405 for POST and HEAD"
 
 # --- D -----------------------------------------------------------------------
-stop=$KV_DIR/scraper.stop
-(
-  n=0
-  while [[ ! -e $stop ]]; do
-    n=$((n + 1))
-    c=$(curl -sS --max-time 30 -o "$KV_DIR/d.$n.txt" -w '%{http_code}' "$url" 2>&1) || c="error $c"
-    echo "$n $c $(grep -a -m1 '^kvnode_upgrade_generation ' "$KV_DIR/d.$n.txt" 2>/dev/null)"
-  done >"$KV_DIR/scrapes.log"
-) &
-scraper=$!
-kv_wait_for 30 test -s "$KV_DIR/scrapes.log" || kv_fail "D: the scraper did not start"
+# A scraper in the background: one line per scrape, "N CODE generation-line".
+start_scraper() { # TAG
+  SCRAPES=$KV_DIR/scrapes-$1.log
+  rm -f "$KV_DIR/scraper.stop"
+  (
+    n=0
+    while [[ ! -e $KV_DIR/scraper.stop ]]; do
+      n=$((n + 1))
+      c=$(curl -sS --max-time 30 -o "$KV_DIR/s.txt" -w '%{http_code}' "$url" 2>&1) || c="error $c"
+      echo "$n $c $(grep -a -m1 '^kvnode_upgrade_generation ' "$KV_DIR/s.txt" 2>/dev/null)"
+    done >"$SCRAPES"
+  ) &
+  SCRAPER=$!
+  kv_wait_for 30 test -s "$SCRAPES" || kv_fail "$1: the scraper did not start"
+}
+stop_scraper() { # TAG GENERATIONS(regex) -> every scrape was 200 of one of them
+  touch "$KV_DIR/scraper.stop"
+  wait "$SCRAPER"
+  local bad
+  bad=$(grep -v "^[0-9]* 200 kvnode_upgrade_generation $2\$" "$SCRAPES" || true)
+  [[ -z $bad ]] || kv_fail "$1: scrapes failed: $bad"
+  SCRAPED=$(wc -l <"$SCRAPES")
+}
+start_scraper D
 up_upgrade kill
-# A few scrapes of the new process too, then stop.
-kv_wait_for 60 grep -q 'kvnode_upgrade_generation 2' "$KV_DIR/scrapes.log" ||
-  kv_fail "D: no scrape saw generation 2: $(tail -n 3 "$KV_DIR/scrapes.log")"
-touch "$stop"
-wait "$scraper"
-total=$(wc -l <"$KV_DIR/scrapes.log")
-bad=$(grep -v '^[0-9]* 200 kvnode_upgrade_generation [12]$' "$KV_DIR/scrapes.log" || true)
-[[ -z $bad ]] || kv_fail "D: scrapes through the upgrade failed: $bad"
+# A scrape of the new process too, then stop.
+kv_wait_for 60 grep -q 'kvnode_upgrade_generation 2' "$SCRAPES" ||
+  kv_fail "D: no scrape saw generation 2: $(tail -n 3 "$SCRAPES")"
+stop_scraper D '[12]'
+total=$SCRAPED
 scrape "$KV_DIR/d.txt" || kv_fail "D: GET $url after the upgrade failed"
 promtool_ok "$KV_DIR/d.txt"
 [[ $(value "$KV_DIR/d.txt" kvnode_upgrade_generation) == 2 ]] || kv_fail "D: not generation 2"
@@ -98,6 +114,21 @@ if grep -vqF "$url" <<<"$served" || (($(wc -l <<<"$served") < 2)); then
   kv_fail "D: each process should have served $url: $served"
 fi
 kv_ok "D: $total scrapes through the upgrade, all 200; $url serves generation 2 ($UP_OLD -> $UP_NEW), $put $after -> $again"
+
+# --- E -----------------------------------------------------------------------
+start_scraper E
+RC=0
+"$KV_KVCTL" --admin_socket "$KV_ADMIN" upgrade >"$KV_DIR/e.out" 2>&1 || RC=$?
+[[ $RC -eq 1 ]] && grep -q "rolled back" "$KV_DIR/e.out" ||
+  kv_fail "E: expected a rollback (exit 1), got exit $RC: $(cat "$KV_DIR/e.out")"
+kv_wait_for 30 up_not_in_progress || kv_fail "E: the rollback did not finish"
+n0=$(wc -l <"$SCRAPES")
+kv_wait_for 60 eval '(($(wc -l <"$SCRAPES") > n0 + 1))' || kv_fail "E: no scrape after the rollback"
+stop_scraper E 2
+scrape "$KV_DIR/e.txt" || kv_fail "E: GET $url after the rollback failed"
+[[ $(value "$KV_DIR/e.txt" kvnode_rollbacks_total) == 1 ]] || kv_fail "E: rollbacks_total not 1"
+[[ $(value "$KV_DIR/e.txt" kvnode_upgrade_in_progress) == 0 ]] || kv_fail "E: still upgrading"
+kv_ok "E: rolled back at o_handover; $SCRAPED scrapes through it, all 200 from generation 2"
 up_stop_node
 rm -rf "$bins"
 echo "metrics_http: PASS"
