@@ -16,7 +16,7 @@ namespace {
 using wire::Reader;
 using wire::StringWriter;
 
-// "kvslot01": fixed forever, every node and client of a cluster must agree.
+// Fixed forever: every node and client of a cluster must agree on it.
 constexpr uint64_t kSlotSeed = 0x31307473'6c6f766bULL;
 constexpr uint8_t kNodeAlive = 1;
 

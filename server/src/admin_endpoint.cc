@@ -256,6 +256,8 @@ StatsView ServerImpl::Stats() const {
     v.arena.keys = s.keys;
     v.arena.resident_keys = s.resident_keys;
     v.arena.evictions = s.evictions;
+    v.arena.opened_as = storage::OpenedAsName(store_->opened_as());
+    v.arena.open_reason = store_->open_reason();
     v.journaled_writes = s.journaled;
     v.journal_replayed = s.replayed;
     v.write_commits = s.commits;

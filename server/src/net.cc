@@ -64,7 +64,7 @@ absl::StatusOr<ListenAddress> ParseListenAddress(absl::string_view s) {
   return ListenAddress{std::string(host), static_cast<uint16_t>(port)};
 }
 
-absl::StatusOr<int> ListenTcp(const std::string& address, absl::string_view flag) {
+absl::StatusOr<int> BindTcp(const std::string& address, absl::string_view flag) {
   absl::StatusOr<ListenAddress> a = ParseListenAddress(address);
   if (!a.ok()) return a.status();
   addrinfo hints{};
@@ -90,16 +90,18 @@ absl::StatusOr<int> ListenTcp(const std::string& address, absl::string_view flag
       close(fd);
       continue;
     }
-    if (listen(fd, SOMAXCONN) != 0) {
-      last = Errno(absl::StrCat(flag, " ", address, ": listen"), errno);
-      close(fd);
-      continue;
-    }
     freeaddrinfo(res);
     return fd;
   }
   freeaddrinfo(res);
   return last;
+}
+
+absl::Status StartListening(int fd, const std::string& address, absl::string_view flag) {
+  if (listen(fd, SOMAXCONN) != 0) {
+    return Errno(absl::StrCat(flag, " ", address, ": listen"), errno);
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<int> ListenUnix(const std::string& path) {

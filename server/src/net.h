@@ -18,10 +18,15 @@ struct ListenAddress {
 };
 [[nodiscard]] absl::StatusOr<ListenAddress> ParseListenAddress(absl::string_view s);
 
-// A non-blocking, close-on-exec TCP listener with SO_REUSEADDR. Errors
-// name `flag`, the option the address came from.
-[[nodiscard]] absl::StatusOr<int> ListenTcp(const std::string& address,
-                                            absl::string_view flag = "--listen");
+// A non-blocking, close-on-exec TCP socket with SO_REUSEADDR bound to
+// `address`, not listening yet: a second node on the port fails at once, and
+// clients that connect before StartListening are refused (and back off)
+// instead of waiting in the backlog for a node that is still starting.
+// Errors name `flag`, the option the address came from.
+[[nodiscard]] absl::StatusOr<int> BindTcp(const std::string& address,
+                                          absl::string_view flag = "--listen");
+[[nodiscard]] absl::Status StartListening(int fd, const std::string& address,
+                                          absl::string_view flag = "--listen");
 
 // A non-blocking Unix stream listener at `path`, mode 0600. The parent
 // directory is created 0700 if missing. A stale socket file (nobody

@@ -1,5 +1,10 @@
 // Starting a node: Init and its steps in order, and the live-upgrade new
 // side's two-part start (InitForTakeover, CompleteTakeover).
+#include <string>
+#include <string_view>
+
+#include "absl/strings/str_cat.h"
+#include "kvnode/base/errno.h"
 #include "kvnode/base/own_dir.h"
 #include "server_impl.h"
 
@@ -74,19 +79,33 @@ absl::Status WritePidFile(const std::string& path) {
 }  // namespace
 
 ServerImpl::~ServerImpl() {
+  // No Publish may post to control_tasks_ once it is gone.
+  if (opt_.shard_gate != nullptr) opt_.shard_gate->SetListener({});
   // Normally Shutdown() released everything; this covers a failed Init.
   if (data_ != nullptr) data_->Shutdown();
   data_.reset();
 }
 
 absl::Status ServerImpl::Init(InheritedSockets inherited) {
+  // Each phase's time on the way to serving, logged in one line: a restart's
+  // blackout is their sum.
+  const absl::Time started = absl::Now();
+  absl::Time mark = started;
+  std::string phases;
+  auto phase = [&](std::string_view name) {
+    const absl::Time now = absl::Now();
+    absl::StrAppend(&phases, phases.empty() ? "" : ", ", base::Av(name), " ",
+                    absl::FormatDuration(now - mark));
+    mark = now;
+  };
   if (absl::Status s = InitSignalsAndAuth(); !s.ok()) return s;
   // Sockets first: a second node on the same port fails before it touches
   // the device or the database.
   if (absl::Status s = InitSockets(inherited); !s.ok()) return s;
   if (absl::Status s = InitDevice(); !s.ok()) return s;
+  phase("device");
 
-  // Storage (opens RocksDB; re-attaches a clean arena or rebuilds it).
+  // Storage (opens RocksDB; takes a matching arena back or rebuilds it).
   if (absl::Status s = CheckDbDir(opt_.db_path, base::MissingDir::kCreate); !s.ok()) return s;
   const absl::Time t0 = absl::Now();
   absl::StatusOr<std::unique_ptr<storage::Store>> store = storage::Store::Open(store_options_);
@@ -97,13 +116,16 @@ absl::Status ServerImpl::Init(InheritedSockets inherited) {
   LOG(INFO) << "store " << opt_.db_path << ": " << storage::OpenedAsName(store_->opened_as())
             << " in " << absl::FormatDuration(absl::Now() - t0) << ", " << ss.keys << " keys ("
             << ss.resident_keys << " resident), arena " << store_->arena().path() << " "
-            << store_->arena_size() << " bytes, generation " << ss.generation;
+            << store_->arena_size() << " bytes, generation " << ss.generation << ": "
+            << store_->open_reason();
+  phase(absl::StrCat("store (", storage::OpenedAsName(store_->opened_as()), ")"));
 
   // The arena exists now (this start created, rebuilt or claimed it: it is
   // dirty either way). A start that fails from here on removes its name, so
   // that it does not hold tmpfs memory until someone notices (existing
   // mappings, the MR's included, stay valid until torn down).
   absl::Status s = InitRegistrationAndDataPlane();
+  if (s.ok()) phase("registration");
   if (s.ok()) {
     // Dedupe records persisted with the writes (dedupe.h): a client retrying
     // a write applied before a crash gets the answer it missed. (A live
@@ -118,9 +140,15 @@ absl::Status ServerImpl::Init(InheritedSockets inherited) {
       s = recs.status();
     }
   }
+  if (s.ok()) phase("client records");
   if (s.ok()) s = InitEpoll();
   if (s.ok()) s = AddSocketsToEpoll();
   if (s.ok()) s = WritePidFileAndLog();
+  if (s.ok()) {
+    phase("listen");
+    LOG(INFO) << "start: serving " << absl::FormatDuration(absl::Now() - started)
+              << " after the start of Init (" << phases << ")";
+  }
   if (!s.ok()) {
     if (absl::Status r = storage::Arena::Remove(store_options_.arena_options()); !r.ok()) {
       LOG(ERROR) << "start failed; removing the arena: " << r;
@@ -228,9 +256,10 @@ absl::Status ServerImpl::InitSockets(InheritedSockets inherited) {
     if (absl::Status s = CheckListening(inherited.listen_fd, "listen"); !s.ok()) return s;
     listen_fd_.Reset(inherited.listen_fd);
   } else {
-    absl::StatusOr<int> fd = ListenTcp(opt_.listen);
+    absl::StatusOr<int> fd = BindTcp(opt_.listen);
     if (!fd.ok()) return fd.status();
     listen_fd_.Reset(*fd);
+    listen_pending_ = true;
   }
   listen_addr_ = SockName(listen_fd_.get());
   // Before the admin socket: a taken metrics port leaves no socket file.
@@ -269,9 +298,14 @@ absl::Status ServerImpl::InitMetricsSocket(int inherited_fd) {
     if (absl::Status s = CheckListening(inherited_fd, "metrics"); !s.ok()) return s;
     metrics_fd_.Reset(inherited_fd);
   } else {
-    absl::StatusOr<int> fd = ListenTcp(opt_.metrics_listen, "--metrics_listen");
+    // Listening at once, unlike --listen: a scraper's own time-out bounds
+    // its wait in the backlog until Run serves it, and nothing is lost.
+    absl::StatusOr<int> fd = BindTcp(opt_.metrics_listen, "--metrics_listen");
     if (!fd.ok()) return fd.status();
     metrics_fd_.Reset(*fd);
+    if (absl::Status s = StartListening(*fd, opt_.metrics_listen, "--metrics_listen"); !s.ok()) {
+      return s;
+    }
   }
   metrics_addr_ = SockName(metrics_fd_.get());
   return absl::OkStatus();
@@ -347,6 +381,12 @@ absl::Status ServerImpl::InitRegistrationAndDataPlane() {
   absl::StatusOr<std::unique_ptr<TaskQueue>> q = TaskQueue::Create();
   if (!q.ok()) return q.status();
   control_tasks_ = std::move(*q);
+  if (opt_.shard_gate != nullptr) {
+    // Publish may come from any thread (the cluster agent's); the push
+    // happens here, on the control thread.
+    opt_.shard_gate->SetListener(
+        [this, ctq = control_tasks_.get()] { ctq->Post([this] { OnShardMapPublished(); }); });
+  }
 
   DataPlaneConfig dc;
   dc.max_clients = opt_.max_clients;
@@ -360,6 +400,7 @@ absl::Status ServerImpl::InitRegistrationAndDataPlane() {
   dc.qp_timeout = static_cast<uint8_t>(opt_.qp_timeout);
   dc.qp_retry_cnt = static_cast<uint8_t>(opt_.qp_retry_cnt);
   dc.drain_timeout = std::min(absl::Seconds(2), opt_.shutdown_timeout);
+  dc.shard_gate = opt_.shard_gate;
   DataPlaneResources res{
       device_, pd_, arena_mr_, pool_mr_, pool_mem_.bytes(), store_->arena_size()};
   TaskQueue* ctq = control_tasks_.get();
@@ -403,6 +444,11 @@ absl::Status ServerImpl::InitEpoll() {
 }
 
 absl::Status ServerImpl::AddSocketsToEpoll() {
+  // A cold start listens only now that it can serve (BindTcp says why).
+  if (listen_pending_) {
+    if (absl::Status s = StartListening(listen_fd_.get(), opt_.listen); !s.ok()) return s;
+    listen_pending_ = false;
+  }
   for (auto [fd, tag] :
        {std::pair{listen_fd_.get(), kTagListen}, std::pair{admin_fd_.get(), kTagAdminListen}}) {
     epoll_event ev{};

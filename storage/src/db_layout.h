@@ -26,6 +26,10 @@ namespace kvnode::storage::dblayout {
 inline constexpr char kMetaCf[] = "kvnode.meta";
 inline constexpr char kGenerationKey[] = "generation";
 inline constexpr char kLastVersionKey[] = "last_version";
+// ArenaHeader::arena_id of the arena the last claimer wrote (with the
+// generation): a dirty arena is taken back after a crash only if it is this
+// database's.
+inline constexpr char kArenaIdKey[] = "arena_id";
 // Generation of the writer whose write is the latest in the database (written
 // with its first write): tells an old process whether a newer one wrote.
 inline constexpr char kWrittenGenerationKey[] = "written_generation";

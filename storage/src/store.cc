@@ -1,8 +1,11 @@
 #include "kvnode/storage/store.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <climits>
 #include <cstring>
 #include <utility>
 
@@ -22,6 +25,7 @@ namespace kvnode::storage {
 namespace {
 
 using dblayout::FromRocks;
+using dblayout::kArenaIdKey;
 using dblayout::kGenerationKey;
 using dblayout::kLastVersionKey;
 using dblayout::kSidePrefix;
@@ -58,6 +62,8 @@ const char* OpenedAsName(Store::OpenedAs a) {
       return "rebuilt";
     case Store::OpenedAs::kReattached:
       return "reattached";
+    case Store::OpenedAs::kRecovered:
+      return "recovered";
     case Store::OpenedAs::kAttachedLive:
       return "attached-live";
   }
@@ -274,8 +280,10 @@ absl::Status Store::Claim() {
   ++gen;
   rocksdb::WriteOptions wo;
   wo.sync = true;
-  absl::Status s =
-      FromRocks(db_->Put(wo, cfs_[1], kGenerationKey, U64(gen)), "record arena generation");
+  rocksdb::WriteBatch claim;
+  absl::Status s = FromRocks(claim.Put(cfs_[1], kGenerationKey, U64(gen)), "batch generation");
+  if (s.ok()) s = FromRocks(claim.Put(cfs_[1], kArenaIdKey, U64(h->arena_id)), "batch arena id");
+  if (s.ok()) s = FromRocks(db_->Write(wo, &claim), "record arena generation");
   if (!s.ok()) return s;
   CrashPoint("claim.after_db");
   HeaderWord(h->generation).store(gen, std::memory_order_release);
@@ -289,6 +297,38 @@ absl::Status Store::Claim() {
     return FromRocks(rs, "read last version");
   }
   return absl::OkStatus();
+}
+
+namespace {
+
+bool ProcessRuns(uint64_t pid) {
+  if (pid == 0 || pid > INT32_MAX || static_cast<pid_t>(pid) == getpid()) return false;
+  return kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
+}
+
+}  // namespace
+
+// Why the arena found at start must be rebuilt from RocksDB, or "" when it
+// can serve as it is. A dirty arena (its writer died: kill -9, a crash) is
+// as trustworthy as one a live upgrade takes over from a dead process, which
+// is what this start then does: the same checks, the claim, and the write
+// intent reconciled from RocksDB (index.h invariant 10).
+std::string Store::ReattachRefusal(Arena& arena, uint64_t replayed, uint64_t db_gen,
+                                   uint64_t db_arena_id) {
+  ArenaHeader* h = arena.header();
+  const uint64_t gen = HeaderWord(h->generation).load();
+  const uint64_t writer = HeaderWord(h->writer_pid).load();
+  if (replayed > 0) return "journaled writes were replayed into the database";
+  if (arena.HeapMayBeTorn()) return "a process died inside its heap allocator";
+  if (gen != db_gen) return absl::StrCat("its generation ", gen, " is not the database's ", db_gen);
+  if (db_arena_id != 0 && db_arena_id != h->arena_id) {
+    return absl::StrCat("it is arena ", absl::Hex(h->arena_id), ", the database's is ",
+                        absl::Hex(db_arena_id));
+  }
+  if (HeaderWord(h->clean).load() != 1 && ProcessRuns(writer)) {
+    return absl::StrCat("its writer, pid ", writer, ", still runs");
+  }
+  return "";
 }
 
 absl::StatusOr<std::unique_ptr<Store>> Store::Open(const StoreOptions& options) {
@@ -311,24 +351,24 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const StoreOptions& options) 
   if (!stored_gen.ok()) return stored_gen.status();
   const uint64_t db_gen = *stored_gen;
 
+  absl::StatusOr<uint64_t> stored_arena =
+      ReadMetaU64(st.db_, st.cfs_[1], kArenaIdKey, "read arena id");
+  if (!stored_arena.ok()) return stored_arena.status();
+
   absl::StatusOr<std::unique_ptr<Arena>> arena = Arena::Attach(options.arena_options());
   std::string why;
   if (arena.ok()) {
-    const ArenaHeader* h = (*arena)->header();
-    const uint64_t clean = HeaderWord(const_cast<uint64_t&>(h->clean)).load();
-    const uint64_t gen = HeaderWord(const_cast<uint64_t&>(h->generation)).load();
-    if (clean != 1) {
-      why = "it was not shut down cleanly";
-    } else if (*replayed > 0) {
-      why = "journaled writes were replayed into the database";
-    } else if ((*arena)->HeapMayBeTorn()) {
-      why = "a process died inside its heap allocator";
-    } else if (gen != db_gen) {
-      why = absl::StrCat("its generation ", gen, " is not the database's ", db_gen);
-    } else {
+    why = ReattachRefusal(**arena, *replayed, db_gen, *stored_arena);
+    if (why.empty()) {
+      const ArenaHeader* h = (*arena)->header();
+      const bool clean = HeaderWord(const_cast<uint64_t&>(h->clean)).load() == 1;
+      st.open_reason_ = clean
+                            ? absl::StrCat("shut down cleanly, generation ", db_gen, " matches")
+                            : absl::StrCat("its writer (pid ", h->writer_pid,
+                                           ") died; heap intact, generation ", db_gen, " matches");
       st.arena_ = std::move(*arena);
       st.StartWriting();
-      st.opened_as_ = OpenedAs::kReattached;
+      st.opened_as_ = clean ? OpenedAs::kReattached : OpenedAs::kRecovered;
     }
   } else if (arena.status().code() == absl::StatusCode::kNotFound) {
     st.opened_as_ = OpenedAs::kCreated;
@@ -343,6 +383,9 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const StoreOptions& options) 
                    << (options.arena_file.empty() ? options.shm_name : options.arena_file)
                    << " from " << options.db_path << ": " << why;
       st.opened_as_ = OpenedAs::kRebuilt;
+      st.open_reason_ = why;
+    } else {
+      st.open_reason_ = "no arena";
     }
     arena = absl::StatusOr<std::unique_ptr<Arena>>();  // unmap before re-creating
     absl::Status s = st.Rebuild();
@@ -366,8 +409,8 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const StoreOptions& options) 
     return r;
   }
   LOG(INFO) << "store " << options.db_path << ": arena " << st.arena_->path() << " "
-            << OpenedAsName(st.opened_as_) << ", generation " << st.arena_->header()->generation
-            << ", " << st.arena_->header()->num_keys << " keys";
+            << OpenedAsName(st.opened_as_) << " (" << st.open_reason_ << "), generation "
+            << st.arena_->header()->generation << ", " << st.arena_->header()->num_keys << " keys";
   return store;
 }
 

@@ -98,7 +98,7 @@ StatsView SampleStats() {
   v.counters.counters[static_cast<size_t>(Counter::kOpsPut)] = 10;
   v.counters.counters[static_cast<size_t>(Counter::kUpgrades)] = 1;
   v.counters.errors[static_cast<size_t>(ErrorKind::kAuthFailed)] = 4;
-  v.arena = {64 << 20, 1000, 7, 6, 1};
+  v.arena = {64 << 20, 1000, 7, 6, 1, "recovered", "its writer (pid 9) died"};
   return v;
 }
 
@@ -115,7 +115,8 @@ TEST(AdminRender, StatsHasTheContractKeys) {
         "upgrades", "rollbacks", "draining"}) {
     EXPECT_TRUE(j.contains(k)) << k;
   }
-  for (const char* k : {"size", "used", "keys", "resident_keys", "evictions"}) {
+  for (const char* k :
+       {"size", "used", "keys", "resident_keys", "evictions", "opened_as", "open_reason"}) {
     EXPECT_TRUE(j["arena"].contains(k)) << k;
   }
   EXPECT_FALSE(j.contains("malloc_in_use_bytes")) << "mallinfo2 is not paid by stats polls";
@@ -125,6 +126,7 @@ TEST(AdminRender, StatsHasTheContractKeys) {
   EXPECT_EQ(j["generation"], 3);
   EXPECT_EQ(j["upgrades"], 1);
   EXPECT_EQ(j["arena"]["keys"], 7);
+  EXPECT_EQ(j["arena"]["opened_as"], "recovered");
   EXPECT_EQ(j["client_records"], 5);
 }
 

@@ -195,7 +195,7 @@ TEST_F(DedupePersistTest, RetryAfterCrashIsAnsweredNotApplied) {
 
   std::unique_ptr<Node> n = Node::Open(opts_, /*load=*/true);
   ASSERT_NE(n, nullptr);
-  EXPECT_EQ(n->store->opened_as(), storage::Store::OpenedAs::kRebuilt);  // it did crash
+  EXPECT_EQ(n->store->opened_as(), storage::Store::OpenedAs::kRecovered);  // it did crash
 
   // A's retried PUT: the original answer, and B's newer value stays.
   Reply r = n->Send(kA, Opcode::kPut, 7, "k", "a");

@@ -115,7 +115,11 @@ TEST(CrashTest, AcknowledgedWritesSurviveSigkill) {
   o.arena_size = 4 << 20;
   auto s = Store::Open(o);
   ASSERT_TRUE(s.ok()) << s.status();
-  EXPECT_EQ((*s)->opened_as(), Store::OpenedAs::kRebuilt);
+  // Taken back, or rebuilt when a child died inside the allocator: either
+  // way every acknowledged write must read back.
+  EXPECT_TRUE((*s)->opened_as() == Store::OpenedAs::kRecovered ||
+              (*s)->opened_as() == Store::OpenedAs::kRebuilt)
+      << OpenedAsName((*s)->opened_as());
   const Geometry& g = (*s)->geometry();
   for (const auto& [k, c] : acked) {
     const std::string key = "key-" + std::to_string(k);

@@ -2,10 +2,12 @@
 // validation.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <string>
 
 #include "child_process.h"
@@ -119,7 +121,8 @@ TEST(ReattachTest, SecondProcessReadsEveryKeyWithoutRocksDb) {
   EXPECT_EQ(testing::WaitChild(pid), 0);
 }
 
-TEST(ReattachTest, DirtyArenaIsRebuilt) {
+// A restart after a crash takes the dirty arena back: no rebuild.
+TEST(ReattachTest, DirtyArenaOfADeadWriterIsTakenBack) {
   TempStore t;
   {
     auto s = Store::Open(t.options);
@@ -129,10 +132,68 @@ TEST(ReattachTest, DirtyArenaIsRebuilt) {
   }
   auto s = Store::Open(t.options);
   ASSERT_TRUE(s.ok()) << s.status();
-  EXPECT_EQ((*s)->opened_as(), Store::OpenedAs::kRebuilt);
-  EXPECT_EQ((*s)->stats().rebuilt_keys, 200u);
+  EXPECT_EQ((*s)->opened_as(), Store::OpenedAs::kRecovered) << (*s)->open_reason();
+  EXPECT_NE((*s)->open_reason().find("died"), std::string::npos) << (*s)->open_reason();
+  EXPECT_EQ((*s)->stats().rebuilt_keys, 0u);
   EXPECT_EQ((*s)->stats().keys, 200u);
   ExpectAll(**s, 200, true);
+}
+
+// A dirty arena whose writer still runs is never taken: it may still write.
+TEST(ReattachTest, DirtyArenaOfARunningWriterIsRebuilt) {
+  TempStore t;
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    pause();  // a process that is not this one and runs
+    _exit(0);
+  }
+  {
+    auto s = Store::Open(t.options);
+    ASSERT_TRUE(s.ok()) << s.status();
+    Fill(**s, 20);
+    // The arena says the child is its writer, and the store is not closed.
+    auto a = Arena::Attach(t.options.arena_options());
+    ASSERT_TRUE(a.ok()) << a.status();
+    (*a)->header()->writer_pid = static_cast<uint64_t>(child);
+  }
+  auto s = Store::Open(t.options);
+  kill(child, SIGKILL);
+  testing::WaitChild(child);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ((*s)->opened_as(), Store::OpenedAs::kRebuilt);
+  EXPECT_NE((*s)->open_reason().find("still runs"), std::string::npos) << (*s)->open_reason();
+  ExpectAll(**s, 20, true);
+}
+
+// Two databases at the same generation and one shm name: the arena left by
+// one is never served for the other, clean or not (the database records
+// which arena it last claimed).
+TEST(ReattachTest, AnotherDatabasesArenaIsRebuiltNotServed) {
+  TempStore a;
+  StoreOptions b = a.options;
+  b.db_path += "-other";
+  {
+    auto s = Store::Open(a.options);
+    ASSERT_TRUE(s.ok()) << s.status();
+    ASSERT_TRUE((*s)->Put("k", "from-a").ok());
+    ASSERT_TRUE((*s)->Close().ok());
+  }
+  ASSERT_TRUE(Arena::Remove(a.options.arena_options()).ok());
+  {
+    auto s = Store::Open(b);
+    ASSERT_TRUE(s.ok()) << s.status();
+    ASSERT_TRUE((*s)->Put("k", "from-b").ok());
+    ASSERT_TRUE((*s)->Close().ok());
+  }
+  auto s = Store::Open(a.options);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ((*s)->opened_as(), Store::OpenedAs::kRebuilt) << (*s)->open_reason();
+  auto g = (*s)->Get("k");
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(g->value, "from-a");
+  std::error_code ec;
+  std::filesystem::remove_all(b.db_path, ec);
 }
 
 TEST(ReattachTest, GenerationMismatchIsRebuiltAndRefusedLive) {

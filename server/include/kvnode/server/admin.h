@@ -74,6 +74,11 @@ struct StatsView {
     uint64_t keys = 0;
     uint64_t resident_keys = 0;
     uint64_t evictions = 0;
+    // How this process's start found the arena (storage::OpenedAsName:
+    // created, rebuilt, reattached, recovered; attached-live after a live
+    // upgrade) and why.
+    std::string opened_as;
+    std::string open_reason;
   } arena;
   // This process: writes made durable in the live upgrade's write journal,
   // and journaled writes replayed into RocksDB.

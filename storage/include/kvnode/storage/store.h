@@ -187,12 +187,15 @@ struct WriteResult {
 
 class Store {
  public:
-  enum class OpenedAs { kCreated, kRebuilt, kReattached, kAttachedLive };
+  // kReattached: the arena of a clean shutdown; kRecovered: the arena of a
+  // writer that died (kill -9, a crash), taken back as a live upgrade takes
+  // over from a dead process (ReattachRefusal says when it may be).
+  enum class OpenedAs { kCreated, kRebuilt, kReattached, kRecovered, kAttachedLive };
 
-  // Cold start or restart: opens RocksDB, then re-attaches a clean matching
-  // arena or (re)builds one from RocksDB. An arena of another user, or with
-  // group/other permissions, is an error (never rebuilt over). Leaves a
-  // spare write journal (journal_bytes) for the first live upgrade.
+  // Cold start or restart: opens RocksDB, then re-attaches a matching arena
+  // (clean, or dirty with a dead writer) or (re)builds one from RocksDB. An arena of another user,
+  // or with group/other permissions, is an error (never rebuilt over). Leaves a spare write journal
+  // (journal_bytes) for the first live upgrade.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<Store>> Open(const StoreOptions& options);
   // Live upgrade, new side: maps the existing arena only (O(1), no data read).
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<Store>> AttachLive(
@@ -291,6 +294,9 @@ class Store {
   const Geometry& geometry() const;
   const Arena& arena() const { return *arena_; }
   OpenedAs opened_as() const { return opened_as_; }
+  // Why Open did what it did (logged; `kvctl stats` shows it), e.g. "its
+  // writer died; heap intact, generation 7 matches".
+  const std::string& open_reason() const { return open_reason_; }
   StoreStats stats() const;
 
  private:
@@ -358,6 +364,9 @@ class Store {
       ABSL_SHARED_LOCKS_REQUIRED(db_mu_);
   // FailedPrecondition when a writer died inside the heap allocator.
   absl::Status CheckHeap() const;
+  // Open's test of an arena found at start: "" to take it, else why not.
+  static std::string ReattachRefusal(Arena& arena, uint64_t replayed, uint64_t db_gen,
+                                     uint64_t db_arena_id);
   absl::StatusOr<bool> DbContains(std::string_view key) ABSL_SHARED_LOCKS_REQUIRED(db_mu_);
   // *home_bucket: the key's home bucket in the index (a group's new keys
   // must not share one).
@@ -410,6 +419,7 @@ class Store {
   // locks are taken, so an op that finds one taken then sees it set.
   std::atomic<bool> switching_{false};
   OpenedAs opened_as_ = OpenedAs::kCreated;
+  std::string open_reason_;
   uint64_t rebuilt_keys_ = 0;
   mutable std::atomic<uint64_t> puts_{0}, deletes_{0}, commits_{0}, gets_arena_{0}, gets_db_{0},
       gets_missing_{0}, promotions_{0}, journaled_{0}, replayed_{0}, replayed_locked_{0};
