@@ -17,6 +17,7 @@ PACKAGES=(
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
   strace # tests/e2e/log_time_zone.sh: what the node's log lines read
+  curl prometheus # tests/e2e/metrics_http.sh: scrapes GET /metrics, promtool checks it
   clang libclang-rt-14-dev # fuzzing: deploy/dev/fuzz.sh, tests/fuzz (libFuzzer, ASan, UBSan)
   redis-server redis-tools gnuplot-nox # deploy/bench/bench-all.sh: Redis on loopback TCP, the plots
   # the VM test bed (the kernel package is only downloaded and extracted)

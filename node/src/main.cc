@@ -90,6 +90,10 @@ DEFINE_string(pid_file, "", "write the pid here after startup (removed at exit)"
 DEFINE_string(admin_socket, "",
               "Unix socket for kvctl (default /run/kvnode/admin.sock, else "
               "$XDG_RUNTIME_DIR/kvnode/admin.sock, else /tmp/kvnode-$UID/admin.sock)");
+DEFINE_string(metrics_listen, "",
+              "serve GET /metrics over HTTP (what `kvctl metrics` prints) on this TCP address, "
+              "host:port or [v6]:port (port 0 = any free port); a live upgrade hands the "
+              "socket to the new process. Default: none");
 DEFINE_string(log_level, "info", "least severity logged: info, warning, error");
 DEFINE_uint64(generation, 1, "upgrade generation of this process (set by the upgrade module)");
 DEFINE_string(build_id, "",
@@ -217,6 +221,7 @@ int main(int argc, char** argv) {
   o.qp_retry_cnt = FLAGS_qp_retry_cnt;
   o.pid_file = FLAGS_pid_file;
   o.admin_socket = FLAGS_admin_socket;
+  o.metrics_listen = FLAGS_metrics_listen;
   o.generation = FLAGS_generation;
   o.build_id = FLAGS_build_id.empty() ? std::string(kvnode::base::kVersionString) : FLAGS_build_id;
 

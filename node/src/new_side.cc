@@ -203,6 +203,7 @@ absl::StatusOr<std::pair<std::unique_ptr<server::Server>, std::unique_ptr<NewSid
     for (size_t i = 0; i < ho.fd_roles.size() && i < m->fds.size(); ++i) {
       if (ho.fd_roles[i] == FdRole::kListenTcp) inherited.listen_fd = m->fds[i].Release();
       if (ho.fd_roles[i] == FdRole::kAdminSocket) inherited.admin_fd = m->fds[i].Release();
+      if (ho.fd_roles[i] == FdRole::kMetricsTcp) inherited.metrics_fd = m->fds[i].Release();
     }
     if (chunks != ho.session_chunks) {
       return fail(absl::DataLossError(absl::StrCat("HandOver announces ", ho.session_chunks,

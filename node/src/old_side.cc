@@ -355,6 +355,9 @@ absl::Status OldSide::SpawnNewProcess(Attempt& a) {
   // N binds this address itself if O dies before HandOver (a --listen with
   // port 0 would otherwise pick another port).
   req.argv.push_back(absl::StrCat("--listen=", server_->listen_address()));
+  if (!server_->metrics_address().empty()) {
+    req.argv.push_back(absl::StrCat("--metrics_listen=", server_->metrics_address()));
+  }
   if (absl::Status s = a.Step("o_spawn", absl::Now() + options_.exec_deadline); !s.ok()) return s;
   absl::StatusOr<Process> child = SpawnWithHandoff(req, std::move(pair->child_end));
   if (!child.ok()) return child.status();
@@ -547,6 +550,15 @@ absl::Status OldSide::SendHandOver(const std::shared_ptr<Attempt>& ap) {
   // Writes are paused and RocksDB released: nothing moves it any more.
   ho.last_version = server_->last_version();
   ho.fd_roles = {FdRole::kListenTcp, FdRole::kAdminSocket};
+  std::vector<int> fds = {server_->listen_fd(), server_->admin_fd()};
+  // The metrics listener too, rather than N binding the address again
+  // once O has closed it: no moment without a listener (a scrape waits in
+  // the backlog for N instead of being refused) and no other process can
+  // take the port in between. Only with --metrics_listen (FdRole).
+  if (server_->metrics_fd() >= 0) {
+    ho.fd_roles.push_back(FdRole::kMetricsTcp);
+    fds.push_back(server_->metrics_fd());
+  }
   // The records travel in Sessions messages before HandOver, as many as
   // their size needs: HandOver itself stays small whatever the number of
   // clients (8 bytes an id).
@@ -556,7 +568,6 @@ absl::Status OldSide::SendHandOver(const std::shared_ptr<Attempt>& ap) {
   a.counters_at_handover = server_->metrics().Export();
   metrics_->ExportTo(&a.counters_at_handover);
   ho.counters = ToCounters(a.counters_at_handover);
-  const int fds[2] = {server_->listen_fd(), server_->admin_fd()};
   const absl::Time deadline = a.Cap(absl::Now() + options_.handover_send_deadline);
   HandoffChannel* ch;
   {

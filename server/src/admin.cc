@@ -2,8 +2,10 @@
 
 #include <infiniband/verbs.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -252,6 +254,24 @@ std::string MemoryAnswer(const MemoryView& v) {
                    {"malloc_free_bytes", v.malloc_free_bytes}});
 }
 
+ExtraStat PrometheusExtra(const ExtraStat& e) {
+  ExtraStat p = e;
+  if (p.name.empty()) p.name = "unnamed";
+  for (char& c : p.name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '_' || c == ':';
+    if (!ok) c = '_';
+  }
+  if (p.name.front() >= '0' && p.name.front() <= '9') p.name.insert(0, "_");
+  if (absl::EndsWith(p.name, "_ms")) {
+    p.name.resize(p.name.size() - 3);
+    p.name += "_seconds";
+    p.value /= 1000;
+  }
+  if (p.type == "counter" && !absl::EndsWith(p.name, "_total")) p.name += "_total";
+  return p;
+}
+
 std::string RenderPrometheus(const StatsView& v) {
   std::string out;
   auto metric = [&out](absl::string_view name, absl::string_view type, absl::string_view help,
@@ -315,8 +335,15 @@ std::string RenderPrometheus(const StatsView& v) {
   metric("write_commits_total", "counter",
          "Durable writes (group commits) that carried this process's PUTs and DELETEs.",
          v.write_commits);
+  std::vector<ExtraStat> extra;
+  extra.reserve(v.extra.size());
+  for (const ExtraStat& e : v.extra) extra.push_back(PrometheusExtra(e));
+  // One family, one HELP/TYPE block: rows of a name together (a name given
+  // twice apart would be a second block, which Prometheus refuses).
+  std::stable_sort(extra.begin(), extra.end(),
+                   [](const ExtraStat& a, const ExtraStat& b) { return a.name < b.name; });
   std::string last_name;
-  for (const ExtraStat& e : v.extra) {
+  for (const ExtraStat& e : extra) {
     if (e.name != last_name) {
       absl::StrAppend(&out, "# HELP kvnode_", e.name, " ", e.help, "\n# TYPE kvnode_", e.name, " ",
                       e.type, "\n");

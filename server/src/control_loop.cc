@@ -6,6 +6,7 @@ namespace kvnode::server {
 
 absl::Status ServerImpl::Run() {
   data_->Start();
+  if (accepting_) StartMetricsHttp();
   std::array<epoll_event, 64> evs;
   while (!shutdown_requested_.load(std::memory_order_acquire)) {
     const int n = epoll_wait(epoll_fd_.get(), evs.data(), static_cast<int>(evs.size()), 100);

@@ -64,7 +64,7 @@ absl::StatusOr<ListenAddress> ParseListenAddress(absl::string_view s) {
   return ListenAddress{std::string(host), static_cast<uint16_t>(port)};
 }
 
-absl::StatusOr<int> BindTcp(const std::string& address) {
+absl::StatusOr<int> BindTcp(const std::string& address, absl::string_view flag) {
   absl::StatusOr<ListenAddress> a = ParseListenAddress(address);
   if (!a.ok()) return a.status();
   addrinfo hints{};
@@ -74,7 +74,7 @@ absl::StatusOr<int> BindTcp(const std::string& address) {
   addrinfo* res = nullptr;
   const std::string port = std::to_string(a->port);
   if (int rc = getaddrinfo(a->host.c_str(), port.c_str(), &hints, &res); rc != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("--listen ", address, ": ", gai_strerror(rc)));
+    return absl::InvalidArgumentError(absl::StrCat(flag, " ", address, ": ", gai_strerror(rc)));
   }
   absl::Status last = absl::UnavailableError("no address");
   for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
@@ -86,7 +86,7 @@ absl::StatusOr<int> BindTcp(const std::string& address) {
     const int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
-      last = Errno(absl::StrCat("bind ", address), errno);
+      last = Errno(absl::StrCat(flag, " ", address, ": bind"), errno);
       close(fd);
       continue;
     }
@@ -97,8 +97,10 @@ absl::StatusOr<int> BindTcp(const std::string& address) {
   return last;
 }
 
-absl::Status StartListening(int fd, const std::string& address) {
-  if (listen(fd, SOMAXCONN) != 0) return Errno(absl::StrCat("listen ", address), errno);
+absl::Status StartListening(int fd, const std::string& address, absl::string_view flag) {
+  if (listen(fd, SOMAXCONN) != 0) {
+    return Errno(absl::StrCat(flag, " ", address, ": listen"), errno);
+  }
   return absl::OkStatus();
 }
 

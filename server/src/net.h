@@ -22,8 +22,11 @@ struct ListenAddress {
 // `address`, not listening yet: a second node on the port fails at once, and
 // clients that connect before StartListening are refused (and back off)
 // instead of waiting in the backlog for a node that is still starting.
-[[nodiscard]] absl::StatusOr<int> BindTcp(const std::string& address);
-[[nodiscard]] absl::Status StartListening(int fd, const std::string& address);
+// Errors name `flag`, the option the address came from.
+[[nodiscard]] absl::StatusOr<int> BindTcp(const std::string& address,
+                                          absl::string_view flag = "--listen");
+[[nodiscard]] absl::Status StartListening(int fd, const std::string& address,
+                                          absl::string_view flag = "--listen");
 
 // A non-blocking Unix stream listener at `path`, mode 0600. The parent
 // directory is created 0700 if missing. A stale socket file (nobody

@@ -121,6 +121,13 @@ absl::Status ServerOptions::Validate() const {
                             " would send a remote client to its own host; give the address "
                             "clients reach this node at, e.g. --advertise_address=192.0.2.10"));
   }
+  if (!metrics_listen.empty()) {
+    const bool any =
+        metrics_listen.size() > 2 && metrics_listen.substr(metrics_listen.size() - 2) == ":0";
+    absl::StatusOr<proto::HostPort> hp = proto::ParseHostPort(
+        any ? metrics_listen.substr(0, metrics_listen.size() - 1) + "1" : metrics_listen);
+    if (!hp.ok()) return Bad("metrics_listen", std::string(hp.status().message()));
+  }
   if (rdma_port < 1 || rdma_port > 255) return Bad("rdma_port", "must be 1..255");
   if (gid_index < -1 || gid_index > 255) return Bad("gid_index", "must be -1 (auto) or 0..255");
   if (db_path.empty()) return Bad("db_path", "required (RocksDB directory)");

@@ -10,6 +10,7 @@ void ServerImpl::Shutdown() {
             << " sessions";
   // 0. Nothing else may use the store once step 5 frees it (Server::SetBeforeShutdown).
   if (before_shutdown_) before_shutdown_();
+  StopMetricsHttp();
   // 1. Stop accepting.
   if (listen_fd_.valid()) {
     epoll_ctl(epoll_fd_.get(), EPOLL_CTL_DEL, listen_fd_.get(), nullptr);
@@ -68,6 +69,26 @@ void ServerImpl::Shutdown() {
   if (!opt_.pid_file.empty() && !handed_off_.load()) unlink(opt_.pid_file.c_str());
   LOG(INFO) << "shutdown took " << absl::FormatDuration(absl::Now() - t0);
 }
+
+void ServerImpl::StartMetricsHttp() {
+  if (!metrics_fd_.valid() || metrics_http_ != nullptr) return;
+  // The scrape is rendered here, on the control thread, as for `kvctl
+  // metrics`: the HTTP thread only waits for the answer (with a deadline).
+  auto render = [this](MetricsHttpServer::Reply reply) {
+    control_tasks_->Post([this, reply = std::move(reply)] { reply(RenderPrometheus(Stats())); });
+  };
+  absl::StatusOr<std::unique_ptr<MetricsHttpServer>> m =
+      MetricsHttpServer::Start(metrics_fd_.get(), std::move(render));
+  if (!m.ok()) {
+    // The socket was bound at start; what fails here (a thread, a dup) is
+    // no reason to stop serving clients.
+    LOG(ERROR) << "--metrics_listen " << metrics_addr_ << ": not serving metrics: " << m.status();
+    return;
+  }
+  metrics_http_ = std::move(*m);
+}
+
+void ServerImpl::StopMetricsHttp() { metrics_http_.reset(); }
 
 // --- Server -------------------------------------------------------------------
 
@@ -153,10 +174,15 @@ void Server::RunOnControlThread(std::function<void()> task) {
 }
 int Server::listen_fd() const { return impl_->listen_fd_.get(); }
 int Server::admin_fd() const { return impl_->admin_fd_.get(); }
+int Server::metrics_fd() const { return impl_->metrics_fd_.get(); }
+std::string Server::metrics_address() const { return impl_->metrics_addr_; }
 void Server::StopAccepting() {
   ServerImpl& s = *impl_;
   if (!s.accepting_) return;
   s.accepting_ = false;
+  // Scrapes it accepted are still answered (this thread renders them once
+  // it is back in its loop); new ones wait in the backlog.
+  if (s.metrics_http_ != nullptr) s.metrics_http_->Pause();
   epoll_ctl(s.epoll_fd_.get(), EPOLL_CTL_DEL, s.listen_fd_.get(), nullptr);
   epoll_ctl(s.epoll_fd_.get(), EPOLL_CTL_DEL, s.admin_fd_.get(), nullptr);
 }
@@ -164,6 +190,7 @@ void Server::ResumeAccepting() {
   ServerImpl& s = *impl_;
   if (s.accepting_) return;
   s.accepting_ = true;
+  if (s.metrics_http_ != nullptr) s.metrics_http_->Resume();
   for (auto [fd, tag] :
        {std::pair{s.listen_fd_.get(), kTagListen}, std::pair{s.admin_fd_.get(), kTagAdminListen}}) {
     epoll_event ev{};

@@ -42,6 +42,7 @@
 #include "kvnode/server/admin.h"
 #include "kvnode/server/control_session.h"
 #include "kvnode/server/liveness.h"
+#include "kvnode/server/metrics_http.h"
 #include "kvnode/server/rpc_handler.h"
 #include "kvnode/server/server.h"
 #include "kvnode/storage/limits.h"
@@ -113,6 +114,7 @@ class ServerImpl {
   // Pieces of Init, in order.
   absl::Status InitSignalsAndAuth();
   absl::Status InitSockets(InheritedSockets inherited);
+  absl::Status InitMetricsSocket(int inherited_fd);
   absl::Status InitDevice();
   absl::Status InitRegistrationAndDataPlane();
   absl::Status InitEpoll();
@@ -153,6 +155,11 @@ class ServerImpl {
   size_t DrainingClients() const;
   void Shutdown();
   StatsView Stats() const;
+  // The metrics endpoint (--metrics_listen): started at Run, paused by
+  // StopAccepting, resumed by ResumeAccepting, stopped at shutdown. Its
+  // scrapes are rendered on this thread, as `kvctl metrics` is.
+  void StartMetricsHttp();
+  void StopMetricsHttp();
   Conn* FindConn(uint64_t id) {
     auto it = conns_.find(id);
     return it == conns_.end() ? nullptr : it->second.get();
@@ -187,7 +194,11 @@ class ServerImpl {
   base::UniqueFd epoll_fd_;
   base::UniqueFd signal_fd_;
   std::string listen_addr_;
+  base::UniqueFd metrics_fd_;  // --metrics_listen: bound or inherited; -1 without
+  std::string metrics_addr_;
   std::unique_ptr<TaskQueue> control_tasks_;
+  // Control thread only (and destroyed after Run, before the task queue).
+  std::unique_ptr<MetricsHttpServer> metrics_http_;
 
   // Verbs objects and storage, declared in creation order (the explicit
   // Shutdown() releases them in reverse: data plane (QPs, windows, CQ) ->

@@ -262,6 +262,8 @@ absl::Status ServerImpl::InitSockets(InheritedSockets inherited) {
     listen_pending_ = true;
   }
   listen_addr_ = SockName(listen_fd_.get());
+  // Before the admin socket: a taken metrics port leaves no socket file.
+  if (absl::Status s = InitMetricsSocket(inherited.metrics_fd); !s.ok()) return s;
   if (opt_.admin_socket.empty()) {
     absl::StatusOr<std::string> p = DefaultAdminSocketPath();
     if (!p.ok()) return p.status();
@@ -281,6 +283,31 @@ absl::Status ServerImpl::InitSockets(InheritedSockets inherited) {
     if (!fd.ok()) return fd.status();
     admin_fd_.Reset(*fd);
   }
+  return absl::OkStatus();
+}
+
+// The metrics endpoint's socket: bound here, at start, so that a taken port
+// stops the start with the flag named; or the one a live upgrade's old
+// process served it on (the same address, never a gap).
+absl::Status ServerImpl::InitMetricsSocket(int inherited_fd) {
+  if (opt_.metrics_listen.empty()) {
+    if (inherited_fd >= 0) close(inherited_fd);
+    return absl::OkStatus();
+  }
+  if (inherited_fd >= 0) {
+    if (absl::Status s = CheckListening(inherited_fd, "metrics"); !s.ok()) return s;
+    metrics_fd_.Reset(inherited_fd);
+  } else {
+    // Listening at once, unlike --listen: a scraper's own time-out bounds
+    // its wait in the backlog until Run serves it, and nothing is lost.
+    absl::StatusOr<int> fd = BindTcp(opt_.metrics_listen, "--metrics_listen");
+    if (!fd.ok()) return fd.status();
+    metrics_fd_.Reset(*fd);
+    if (absl::Status s = StartListening(*fd, opt_.metrics_listen, "--metrics_listen"); !s.ok()) {
+      return s;
+    }
+  }
+  metrics_addr_ = SockName(metrics_fd_.get());
   return absl::OkStatus();
 }
 

@@ -2,8 +2,12 @@
 
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
+#include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace kvnode::server {
 namespace {
@@ -225,6 +229,67 @@ TEST(AdminRender, PrometheusExposition) {
     EXPECT_EQ(line.rfind("kvnode_", 0), 0u) << line;
     EXPECT_EQ(std::count(line.begin(), line.end(), ' '), 1) << line;
   }
+}
+
+TEST(AdminRender, ExtraRowsFollowTheFixedFamiliesNamingRules) {
+  ExtraStat ttl{"cluster_lease_ttl_left_ms", "", "gauge", "Lease time left.", 2500};
+  ExtraStat p = PrometheusExtra(ttl);
+  EXPECT_EQ(p.name, "cluster_lease_ttl_left_seconds");
+  EXPECT_DOUBLE_EQ(p.value, 2.5);
+  EXPECT_EQ(PrometheusExtra({"cluster_map_epoch", "", "gauge", "h", 7}).name, "cluster_map_epoch");
+  EXPECT_EQ(PrometheusExtra({"moves", "", "counter", "h", 1}).name, "moves_total");
+  EXPECT_EQ(PrometheusExtra({"upgrade_refused_total", "", "counter", "h", 1}).name,
+            "upgrade_refused_total");
+  EXPECT_EQ(PrometheusExtra({"bad-name.x", "", "gauge", "h", 1}).name, "bad_name_x");
+  EXPECT_EQ(PrometheusExtra({"9lives", "", "gauge", "h", 1}).name, "_9lives");
+  EXPECT_EQ(PrometheusExtra({"", "", "gauge", "h", 1}).name, "unnamed");
+
+  // `stats` keeps the names as given; the Prometheus text has one block a
+  // family even when its rows come apart.
+  StatsView v = SampleStats();
+  v.extra = {{"upgrade_last_phase_seconds", "phase=\"o_pause\"", "gauge", "Phase.", 0.5},
+             ttl,
+             {"upgrade_last_phase_seconds", "phase=\"n_attach\"", "gauge", "Phase.", 0.25}};
+  json j = json::parse(StatsAnswer(v));
+  EXPECT_EQ(j["upgrade"]["cluster_lease_ttl_left_ms"], 2500);
+  const std::string text = RenderPrometheus(v);
+  EXPECT_NE(text.find("kvnode_cluster_lease_ttl_left_seconds 2.5\n"), std::string::npos) << text;
+  EXPECT_EQ(text.find("_ms"), std::string::npos) << text;
+  const std::string type = "# TYPE kvnode_upgrade_last_phase_seconds gauge\n";
+  const size_t first = text.find(type);
+  ASSERT_NE(first, std::string::npos);
+  EXPECT_EQ(text.find(type, first + 1), std::string::npos) << "a second block: " << text;
+}
+
+// The text passes Prometheus's own checker (format and naming lints), with
+// the contract's cluster rows and the upgrade's rows in it.
+TEST(AdminRender, PromtoolAcceptsTheText) {
+  if (std::system("promtool --version >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "no promtool (Debian package prometheus)";
+  }
+  StatsView v = SampleStats();
+  v.build_id = "build";
+  v.extra = {{"upgrade_refused_total", "", "counter", "Upgrades refused.", 1},
+             {"upgrade_last_phase_seconds", "phase=\"o_pause\"", "gauge", "Phase.", 0.5},
+             {"cluster_map_epoch", "", "gauge", "Epoch of the shard map served.", 4},
+             {"cluster_slots_owned", "", "gauge", "Slots this node owns.", 1366},
+             {"cluster_etcd_connected", "", "gauge", "1 while etcd answers.", 1},
+             {"cluster_lease_ttl_left_ms", "", "gauge", "Lease time left.", 2100}};
+  char path[] = "/tmp/kvnode-promtool-XXXXXX";
+  const int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  const std::string text = RenderPrometheus(v);
+  ASSERT_EQ(write(fd, text.data(), text.size()), static_cast<ssize_t>(text.size()));
+  close(fd);
+  const std::string cmd = std::string("promtool check metrics <") + path + " 2>&1";
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  char buf[512];
+  while (fgets(buf, sizeof(buf), p) != nullptr) out += buf;
+  const int rc = pclose(p);
+  unlink(path);
+  EXPECT_EQ(rc, 0) << out << "\n" << text;
 }
 
 TEST(Metrics, ExportImportIsMonotonicAcrossProcesses) {

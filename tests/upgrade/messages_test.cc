@@ -169,6 +169,24 @@ TEST(HandoffMessages, DecoderRefusesDuplicatesAndLies) {
   EXPECT_FALSE(DecodeCounters(AsBytes(many)).ok());
 }
 
+// The metrics listener's role crosses; a role the decoder does not know
+// refuses the whole HandOver, naming the role (what a binary from before
+// kMetricsTcp did with it: old_side.cc sends it only with --metrics_listen).
+TEST(HandoffMessages, MetricsListenerRoleCrossesAndUnknownRolesAreRefused) {
+  const HandOver h{1, {FdRole::kListenTcp, FdRole::kAdminSocket, FdRole::kMetricsTcp}, {}, {}};
+  std::string f = Frame(h);
+  absl::StatusOr<HandoffMessage> d = DecodeHandoff(AsBytes(f));
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_TRUE(std::get<HandOver>(*d) == h);
+  // payload: u64 generation, u8 count, the roles.
+  const size_t third = kHandoffFrameHeaderSize + 8 + 1 + 2;
+  ASSERT_EQ(f[third], static_cast<char>(FdRole::kMetricsTcp));
+  f[third] = 4;
+  d = DecodeHandoff(AsBytes(f));
+  EXPECT_TRUE(absl::IsInvalidArgument(d.status())) << d.status();
+  EXPECT_NE(d.status().message().find("unknown fd role 4"), std::string::npos) << d.status();
+}
+
 TEST(HandoffMessages, PlainStructCodecsRoundTrip) {
   const SessionTable t = SampleSessions(5, 1024);
   std::string b;

@@ -262,7 +262,8 @@ absl::Status Put(StringWriter& w, const Ready& m) {
 absl::Status CheckRole(FdRole role, std::vector<bool>& seen) {
   const auto v = static_cast<uint8_t>(role);
   if (v != static_cast<uint8_t>(FdRole::kListenTcp) &&
-      v != static_cast<uint8_t>(FdRole::kAdminSocket)) {
+      v != static_cast<uint8_t>(FdRole::kAdminSocket) &&
+      v != static_cast<uint8_t>(FdRole::kMetricsTcp)) {
     return absl::InvalidArgumentError(absl::StrCat("handoff: unknown fd role ", v));
   }
   if (seen[v]) return absl::InvalidArgumentError(absl::StrCat("handoff: fd role ", v, " twice"));

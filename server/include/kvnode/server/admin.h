@@ -162,8 +162,20 @@ struct UpgradeOutcome {
 //   T: REASON","reason":REASON, and the same fields}
 std::string UpgradeOutcomeAnswer(const UpgradeOutcome& o);
 
-// Prometheus text exposition format (version 0.0.4), names prefixed kvnode_.
+// Prometheus text exposition format (version 0.0.4), names prefixed kvnode_:
+// what `kvctl metrics` prints and GET /metrics (--metrics_listen) serves.
+// Extra rows follow the fixed families' naming rules (PrometheusExtra) and
+// are grouped by family, one HELP/TYPE each.
 std::string RenderPrometheus(const StatsView& v);
+
+// An extra row as RenderPrometheus exports it: the name in the fixed
+// families' rules (`stats` keeps the name as given):
+//   1. base units spelled out: a name ending in "_ms" ends in "_seconds"
+//      instead, its value divided by 1000 (cluster_lease_ttl_left_ms ->
+//      cluster_lease_ttl_left_seconds), as uptime_s is uptime_seconds;
+//   2. a counter's name ends in "_total" (appended when missing);
+//   3. a character outside [a-zA-Z0-9_:] becomes '_'; an empty name "unnamed".
+ExtraStat PrometheusExtra(const ExtraStat& e);
 
 }  // namespace kvnode::server
 

@@ -129,6 +129,10 @@ struct ServerOptions {
   // if /run/kvnode can be used, else $XDG_RUNTIME_DIR/kvnode/admin.sock, else
   // /tmp/kvnode-$UID/admin.sock (directories created 0700).
   std::string admin_socket = "";
+  // --metrics_listen. TCP address, "host:port" or "[v6]:port" (port 0 = any
+  // free port), of the HTTP endpoint that answers GET /metrics with what
+  // `kvctl metrics` prints (MetricsHttpServer). Default "": none.
+  std::string metrics_listen = "";
   // Upgrade generation of this process (1 for a cold start; the upgrade
   // module passes the old one's + 1). Default 1.
   uint64_t generation = 1;

@@ -44,6 +44,9 @@ class ServerImpl;
 struct InheritedSockets {
   int listen_fd = -1;  // a listening TCP socket
   int admin_fd = -1;   // a listening Unix stream socket at options.admin_socket
+  // A listening TCP socket at options.metrics_listen (ignored and closed
+  // when that is empty).
+  int metrics_fd = -1;
 };
 
 class Server {
@@ -123,7 +126,13 @@ class Server {
   // The listening sockets, for passing with SCM_RIGHTS (still owned here).
   int listen_fd() const;
   int admin_fd() const;
-  // Stops accepting control connections and admin requests (fds stay open).
+  // -1 without --metrics_listen.
+  int metrics_fd() const;
+  // "host:port" the metrics endpoint is bound to; "" without one.
+  std::string metrics_address() const;
+  // Stops accepting control connections, admin requests and metrics
+  // scrapes (fds stay open; a scrape waits in the backlog for whichever
+  // process accepts next).
   void StopAccepting();
   // Resumes accepting (rollback).
   void ResumeAccepting();

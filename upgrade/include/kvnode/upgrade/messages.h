@@ -145,9 +145,15 @@ struct Ready {
 };
 
 // Role of each descriptor passed with HandOver, in SCM_RIGHTS order.
+// A decoder refuses a role it does not know (the whole HandOver), so O
+// passes kMetricsTcp only when it serves metrics, i.e. runs with
+// --metrics_listen, which N was started with too: a binary from before the
+// role does not know the flag either and exits at its flag parsing, before
+// Hello (the upgrade rolls back, O serves on).
 enum class FdRole : uint8_t {
   kListenTcp = 1,    // the client listener (bound, listening)
   kAdminSocket = 2,  // the admin Unix listener
+  kMetricsTcp = 3,   // the HTTP metrics listener (--metrics_listen; bound, listening)
 };
 
 // O -> N, with len(fd_roles) descriptors attached. O released RocksDB.
