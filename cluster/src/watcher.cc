@@ -1,0 +1,1 @@
+#include "kvnode/cluster/etcd_client.h"
