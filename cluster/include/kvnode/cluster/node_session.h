@@ -20,10 +20,12 @@
 //  3. Nothing here blocks its caller on etcd: every public method returns
 //     without an etcd round trip, except Stop(revoke=true) which waits at
 //     most one rpc_deadline for the revoke.
-//  4. on_map and on_refused run on the session's watch thread, one at a
-//     time, never after Stop returns.
+//  4. on_map runs on the session's watch thread, on_refused on its lease
+//     thread; each one call at a time, never after Stop returns. Neither may
+//     call Stop.
 //
-// Thread safety: every method may be called from any thread.
+// Thread safety: every method may be called from any thread; Start and Stop
+// are called once each, by the owner, not concurrently with each other.
 #ifndef KVNODE_CLUSTER_NODE_SESSION_H_
 #define KVNODE_CLUSTER_NODE_SESSION_H_
 
