@@ -386,16 +386,11 @@ void ClusterAgent::Monitor() {
                      << gate_->epoch() << " meanwhile)";
       }
     }
-    if (s.registered && (!prev.registered || s.lease_id != prev.lease_id)) {
-      LOG(INFO) << "cluster: registered "
-                << cluster::MemberKey(identity_.cluster, identity_.node_id) << " with lease "
-                << s.lease_id << " (TTL " << options_.lease_ttl_s << " s"
-                << (prev.lease_id != 0 && prev.lease_id != s.lease_id
-                        ? absl::StrCat("; lease ", prev.lease_id, " had expired")
-                        : std::string())
-                << ")";
-    } else if (!s.registered && prev.registered) {
-      LOG(WARNING) << "cluster: lease " << prev.lease_id << " lost: " << s.last_error;
+    // The session logs each registration with its lease; this says when
+    // the node stopped holding one.
+    if (!s.registered && prev.registered) {
+      LOG(WARNING) << "cluster: member key not held (lease " << prev.lease_id
+                   << "): " << s.last_error;
     }
     if (s.map_errors > prev.map_errors) {
       LOG(WARNING) << "cluster: stored map refused, keeping epoch " << gate_->epoch() << ": "

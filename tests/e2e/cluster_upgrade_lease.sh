@@ -17,6 +17,9 @@
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/upgrade_lib.sh"
 kv_require_device
+# The node directories kv_cluster_node_launch makes hold --pid_file, whose
+# directory must be the node's own 0700 one.
+umask 077
 
 kv_test_dir
 up_make_builds "$KV_TEST_DIR"
