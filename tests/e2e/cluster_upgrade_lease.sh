@@ -56,10 +56,14 @@ ETCDCTL_API=3 "$KV_ETCDCTL_BIN" --endpoints "$KV_ETCD_ENDPOINTS" watch --prefix 
   while IFS= read -r line; do printf '%s %s\n' "${EPOCHREALTIME//[!0-9]/}" "$line"; done \
     >>"$WATCH_LOG" &
 WATCH_PID=$!
-# The watch is live once a write shows in it.
-kv_etcdctl put "${MEMBERS}zz-probe" probe >/dev/null
-kv_wait_for 30 grep -q "$(printf '%s' "${MEMBERS}zz-probe" | base64)" "$WATCH_LOG" ||
-  kv_fail "etcdctl watch saw nothing within 30 s"
+# The watch is live once a write shows in it (etcdctl takes seconds to
+# start under TCG: the probe is written again until it shows).
+probe=$(printf '%s' "${MEMBERS}zz-probe" | base64)
+for ((try = 0; ; try++)); do
+  ((try < 15)) || kv_fail "etcdctl watch saw nothing within 15 probes"
+  kv_etcdctl put "${MEMBERS}zz-probe" "probe $try" >/dev/null
+  kv_wait_for 2 grep -q "$probe" "$WATCH_LOG" && break
+done
 kv_etcdctl del "${MEMBERS}zz-probe" >/dev/null
 
 # member NODE: sets M_LEASE M_CREV M_GEN M_STATE from `etcdctl get -w json`
