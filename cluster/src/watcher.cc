@@ -144,6 +144,7 @@ etcdserverpb::WatchRequest WatcherImpl::CreateRequest() const {
 absl::Status WatcherImpl::WatchOnce() {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + kStreamLifetime);
+  ctx.set_wait_for_ready(true);  // see GrpcEtcdClient::SetDeadline
   {
     AnnotatedLock l(&mu_);
     if (stop_) return absl::CancelledError("watcher stopped");
@@ -151,12 +152,12 @@ absl::Status WatcherImpl::WatchOnce() {
   }
   auto stream = client_->conn().watch->Watch(&ctx);
   absl::Status why;
+  bool given_up = false;  // by Handle: the server's side is still open
   if (stream->Write(CreateRequest())) {
     etcdserverpb::WatchResponse resp;
-    while (stream->Read(&resp) && Handle(resp, &why)) {
-    }
+    while (!given_up && stream->Read(&resp)) given_up = !Handle(resp, &why);
   }
-  ctx.TryCancel();
+  if (given_up) ctx.TryCancel();
   grpc::Status end = stream->Finish();
   {
     AnnotatedLock l(&mu_);
