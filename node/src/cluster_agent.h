@@ -132,9 +132,11 @@ class ClusterAgent final : public upgrade::ClusterMember {
   void LoadPersistedMap(const char* when);
   // The session's on_map (watch thread): publish, then persist.
   void OnMap(proto::ShardMap map);
-  // Publishes `map` as this node's view and logs what changed.
-  void Publish(proto::ShardMap map, const char* source);
-  void Persist(const proto::ShardMap& map);
+  // Publishes `map` as this node's view and logs what changed (under
+  // persist_mu_: one publisher at a time, so the log compares in order).
+  void Publish(proto::ShardMap map, const char* source) ABSL_EXCLUSIVE_LOCKS_REQUIRED(persist_mu_);
+  // Writes the map file unless the lease was handed off or it holds `map`.
+  void Persist(const proto::ShardMap& map) ABSL_EXCLUSIVE_LOCKS_REQUIRED(persist_mu_);
   // Creates and starts the session for `self` (adopting `lease` if > 0).
   absl::Status StartSession(const cluster::Member& self, int64_t lease);
   // Sets the member's state and rewrites the key (if a session runs and the
