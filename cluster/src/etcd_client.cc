@@ -16,6 +16,10 @@ namespace {
 using base::Av;
 
 absl::Status CheckEndpoint(std::string_view ep) {
+  if (ep.find("://") != std::string_view::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--etcd_endpoints: '", Av(ep), "' is a URL; give host:port (etcd's client port)"));
+  }
   size_t colon = ep.rfind(':');
   uint32_t port = 0;
   if (colon == std::string_view::npos || colon == 0 ||

@@ -186,6 +186,16 @@ bool WatcherImpl::Handle(const etcdserverpb::WatchResponse& resp, absl::Status* 
     return false;
   }
   if (resp.created()) {
+    // A store behind the revisions already delivered lost its data (or is
+    // another etcd cluster): a watch from our revision would wait for a
+    // future that never matches the past, so re-read instead.
+    if (resp.header().revision() < next_revision_ - 1) {
+      LOG(WARNING) << "etcd watch of " << prefix_ << ": the store is at revision "
+                   << resp.header().revision() << ", behind " << next_revision_ - 1
+                   << " already seen; re-reading";
+      next_revision_ = 0;
+      return false;
+    }
     if (!reported_ok_) ReportState(absl::OkStatus());
     return true;
   }

@@ -79,6 +79,30 @@ TEST(MapJsonTest, RefusesWhatIsWrongAndSaysWhat) {
                       "above the limit");
 }
 
+// Whatever etcd holds decodes to a value or an error, never a crash: deep
+// nesting, wrong types everywhere, numbers out of range, NUL bytes.
+TEST(MapJsonTest, HostileValuesAreErrors) {
+  const std::string deep = std::string(200000, '[') + std::string(200000, ']');
+  EXPECT_FALSE(DecodeMapJson(deep, "c1").ok());
+  EXPECT_FALSE(DecodeMemberJson(deep, "k", "").ok());
+  for (const char* v :
+       {"", "null", "1", "\"x\"", "{}", R"({"cluster":null})",
+        R"({"cluster":"c1","epoch":-1,"slots":8,"nodes":["a"],"ranges":[[0,"a"]]})",
+        R"({"cluster":"c1","epoch":1e99,"slots":8,"nodes":["a"],"ranges":[[0,"a"]]})",
+        R"({"cluster":"c1","epoch":1,"slots":8,"nodes":["a"],"ranges":[[0]]})",
+        R"({"cluster":"c1","epoch":1,"slots":8,"nodes":["a"],"ranges":[[99999999999,"a"]]})",
+        R"({"cluster":"c1","epoch":1,"slots":8,"nodes":"a","ranges":{}})",
+        R"({"cluster":"c1","epoch":1,"slots":0,"nodes":[],"ranges":[]})"}) {
+    EXPECT_FALSE(DecodeMapJson(v, "c1").ok()) << v;
+    EXPECT_FALSE(DecodeMemberJson(v, "k", "").ok()) << v;
+  }
+  EXPECT_FALSE(DecodeMapJson(std::string("{\"cluster\":\"c\0\"}", 16), "c1").ok());
+  EXPECT_FALSE(DecodeMemberJson(R"({"node_id":"a","endpoint":"e","generation":1,"build_id":"",
+      "version":"","state":"serving","pid":99999999999,"instance":""})",
+                                "k", "")
+                   .ok());
+}
+
 Member SomeMember(std::string id) {
   Member m;
   m.node_id = std::move(id);

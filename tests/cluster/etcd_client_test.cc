@@ -209,6 +209,9 @@ TEST(EtcdClientOptionsTest, EndpointsAreValidated) {
   EXPECT_NE(bad.status().message().find("--etcd_endpoints"), absl::string_view::npos);
   EXPECT_FALSE(ParseEndpoints("").ok());
   EXPECT_FALSE(ParseEndpoints("h:0").ok());
+  auto url = ParseEndpoints("http://127.0.0.1:2379");
+  ASSERT_FALSE(url.ok());
+  EXPECT_NE(url.status().message().find("is a URL"), absl::string_view::npos);
 }
 
 }  // namespace

@@ -112,6 +112,10 @@ class EtcdProcess {
                                          << " within 20 s; see " << dir_ << "/etcd.log";
   }
 
+  // Removes the data directory of a stopped etcd: the next Start is a new,
+  // empty etcd on the same ports.
+  void WipeData() { std::filesystem::remove_all(dir_ + "/data"); }
+
   // Kills etcd (SIGKILL: as abrupt as a crash) and reaps it.
   void Stop() {
     if (pid_ <= 0) return;

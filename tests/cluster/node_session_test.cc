@@ -189,6 +189,30 @@ TEST_F(NodeSessionTest, ReconnectsAndReRegistersAfterEtcdRestarts) {
   EXPECT_TRUE(WaitUntil([&] { return MemberKv().has_value(); }));
 }
 
+// etcd comes back empty (its data lost): the lease is unknown there, so the
+// session registers with a new one, and the watch, whose revision the new
+// store has not reached, re-reads and finds the map written again.
+TEST_F(NodeSessionTest, ReRegistersWhenEtcdComesBackEmpty) {
+  PutMap(1);
+  Seen seen;
+  auto session = NewSession(kInstanceA, &seen);
+  ASSERT_TRUE(session->Start(Self(kInstanceA), std::nullopt).ok());
+  ASSERT_TRUE(WaitUntil([&] { return seen.last() && seen.last()->nodes[0].alive; }));
+  PutMap(2);  // move the revision on, so that the new store starts behind it
+  PutMap(3);
+  ASSERT_TRUE(WaitUntil([&] { return seen.last()->epoch == 3; }));
+  etcd().Stop();
+  etcd().WipeData();
+  ASSERT_TRUE(etcd().Start());
+  ASSERT_TRUE(WaitUntil([&] {
+    NodeSessionStatus st = session->Status();
+    return st.etcd_connected && st.registered && st.registrations == 2;
+  }));
+  EXPECT_TRUE(MemberKv().has_value());
+  PutMap(4);
+  EXPECT_TRUE(WaitUntil([&] { return seen.last()->epoch == 4 && seen.last()->nodes[0].alive; }));
+}
+
 TEST_F(NodeSessionTest, RegistersWithANewLeaseWhenTheOldOneIsGone) {
   PutMap(1);
   Seen seen;
