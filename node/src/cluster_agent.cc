@@ -272,9 +272,13 @@ int64_t ClusterAgent::HandOffLease() {
     absl::MutexLock l(&persist_mu_);
     persist_ = false;
   }
-  absl::MutexLock l(&mu_);
-  handed_off_ = true;
-  const int64_t lease = session_ != nullptr ? session_->HandOffLease() : 0;
+  std::shared_ptr<cluster::NodeSession> session;
+  {
+    absl::MutexLock l(&mu_);
+    handed_off_ = true;
+    session = session_;
+  }
+  const int64_t lease = session != nullptr ? session->HandOffLease() : 0;
   LOG(INFO) << "cluster: lease " << lease << " handed to the new process (no longer renewed here)";
   return lease;
 }
@@ -349,7 +353,7 @@ void ClusterAgent::ShutdownStarted() {
 }
 
 void ClusterAgent::Stop() {
-  std::unique_ptr<cluster::NodeSession> session;
+  std::shared_ptr<cluster::NodeSession> session;
   bool revoke;
   {
     absl::MutexLock l(&mu_);

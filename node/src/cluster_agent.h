@@ -23,7 +23,9 @@
 //      starts its session only after HandOver) and resumes them only in
 //      UpgradeRolledBack, after the new one was killed.
 //   2. No method waits on etcd, except Stop(), for at most one rpc deadline
-//      (the revoke).
+//      (the revoke), and HandOffLease(), for an etcd round of the session
+//      already under way (at most 4 rpc deadlines); neither holds a lock
+//      another thread's call could wait for meanwhile.
 //
 // Thread safety: every method may be called from any thread; the map
 // callback runs on the session's watch thread.
@@ -151,7 +153,9 @@ class ClusterAgent final : public upgrade::ClusterMember {
   const std::shared_ptr<server::ShardGate> gate_;
 
   mutable absl::Mutex mu_;
-  std::unique_ptr<cluster::NodeSession> session_ ABSL_GUARDED_BY(mu_);
+  // Shared: HandOffLease calls it outside mu_ (it may wait for an etcd
+  // round under way), possibly from an upgrade thread that outlives Stop().
+  std::shared_ptr<cluster::NodeSession> session_ ABSL_GUARDED_BY(mu_);
   cluster::Member self_ ABSL_GUARDED_BY(mu_);
   bool handed_off_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
