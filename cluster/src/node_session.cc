@@ -252,7 +252,11 @@ void NodeSessionImpl::AfterTick(const absl::Status& s) {
 absl::Status NodeSessionImpl::EnsureLease(Plan* plan) {
   bool fresh = false;
   if (plan->lease == 0 && plan->adopt) {
-    auto ttl = client_->LeaseTimeToLive(*plan->adopt);
+    // Renewed at once, not only read: the old process stopped renewing it
+    // before the handoff, and this process's first etcd round may be slow
+    // (a new process's channel connects first); a TTL read followed by a
+    // renewal a keepalive period later could let it lapse in between.
+    auto ttl = client_->LeaseKeepAliveOnce(*plan->adopt);
     if (!ttl.ok() && !absl::IsNotFound(ttl.status())) return ttl.status();
     AnnotatedLock l(&mu_);
     adopt_.reset();
