@@ -32,7 +32,14 @@ std::optional<proto::ShardMap> ClusterView::Apply(const WatchUpdate& update) {
   std::vector<Member> live;
   for (const auto& [id, m] : members_) live.push_back(m);
   proto::ShardMap assembled = Assemble(*map_, live);
-  if (assembled_ && *assembled_ == assembled) return std::nullopt;
+  // Delivered only when what it says changed; stamped with the revision it
+  // was read at, which orders it among the maps other nodes send of this
+  // epoch (proto::Newer).
+  if (assembled_) {
+    assembled.members_revision = assembled_->members_revision;
+    if (*assembled_ == assembled) return std::nullopt;
+  }
+  assembled.members_revision = static_cast<uint64_t>(std::max<int64_t>(revision_, 0));
   assembled_ = assembled;
   return assembled;
 }
