@@ -247,6 +247,12 @@ class Client::Impl {
   // The features both sides of the current session set (0: none up yet).
   uint64_t session_features() const;
   bool connected() const { return current_ != nullptr && !current_->broken; }
+  // Handles what has arrived on the current session's control connection
+  // now: Poll looks at most every 200 us, and only on every kIdlePolls-th
+  // idle call (ClusterClient's Connect waits for the first map with it).
+  void PollControlNow() {
+    if (current_ != nullptr) PollControl(current_.get(), absl::Now());
+  }
 
   ClientOptions options_;
   // Hello.features. 0 for a plain Client (its Hello is what it always was);

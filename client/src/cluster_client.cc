@@ -55,6 +55,9 @@ struct NodeConn {
   bool endpoint_changed = false;       // impl connects elsewhere: close it
   uint64_t maps_received = 0;          // ShardMap frames from this node
   uint64_t request_mark = UINT64_MAX;  // maps_received when a MapRequest went
+  // The highest epoch it claimed that no map backed after a refresh: later
+  // answers claiming as much fail at once instead of refreshing again.
+  uint64_t refused_epoch = 0;
   uint64_t ops = 0;
 };
 
@@ -218,6 +221,7 @@ absl::Status ClusterClient::Impl::AwaitMap(Client::Impl* impl, const std::string
   absl::Time give_up = absl::InfiniteFuture();
   for (;;) {
     (void)impl->Poll(std::span<OpResult>());
+    impl->PollControlNow();
     for (const proto::ShardMap& m : impl->TakeMaps()) OfferMap(m, seed);
     if (tracker_.has_map()) return absl::OkStatus();
     if (!impl->connected()) return absl::UnavailableError("the session ended before a shard map");
@@ -444,7 +448,8 @@ void ClusterClient::Impl::OnWrongShard(uint32_t idx, uint32_t conn, uint64_t nod
     case WrongShardPlan::kRefresh:
       break;
   }
-  if (o.refreshed) {  // the one refresh is spent: this epoch is not believed
+  if (o.refreshed || node_epoch <= c.refused_epoch) {
+    // The one refresh is spent (for this op, or for this claim): refused.
     ++cstats_.epochs_refused;
     FinishLocal(idx, ForgedEpochError(c.node_id, node_epoch, tracker_.epoch(), What(o)));
     return;
@@ -485,8 +490,9 @@ bool ClusterClient::Impl::StillWaiting(uint32_t idx, absl::Time now) {
       // the node sent before it took the new map may arrive after its
       // WRONG_SHARD answer, which came by RDMA.)
       ++cstats_.epochs_refused;
-      FinishLocal(
-          idx, ForgedEpochError(conns_[o.conn]->node_id, o.want_epoch, tracker_.epoch(), What(o)));
+      NodeConn& c = *conns_[o.conn];
+      c.refused_epoch = std::max(c.refused_epoch, o.want_epoch);
+      FinishLocal(idx, ForgedEpochError(c.node_id, o.want_epoch, tracker_.epoch(), What(o)));
       return false;
     } else {
       return true;
