@@ -13,11 +13,19 @@
 #   DEMO_KEYS=N deploy/demo.sh        keys preloaded and used (default 10000)
 #   KVNODE_BUILD_DIR=DIR deploy/demo.sh   build (and run) in DIR instead
 #   deploy/demo.sh --no-build      skip install and build (binaries must exist)
+#   deploy/demo.sh --cluster [--no-build]   the cluster instead: etcd, three
+#                                  nodes, a node's loss and return under
+#                                  kvload --cluster (deploy/demo-cluster.sh)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source deploy/lib.sh
 
 build=${KVNODE_BUILD_DIR:-$PWD/build}
+inner=(deploy/demo.sh --inner) dur_default=15
+if [[ ${1:-} == --cluster ]]; then
+  inner=(deploy/demo-cluster.sh) dur_default=4
+  shift
+fi
 mode=${1:-}
 
 # --- inside: a device is present (natively or in the VM) -----------------------
@@ -157,8 +165,8 @@ if [[ $mode != --no-build ]]; then
 fi
 if dev=$(kv_active_device); then
   echo "== verbs device $dev found: running natively"
-  KVNODE_BUILD_DIR=$build exec deploy/demo.sh --inner
+  KVNODE_BUILD_DIR=$build exec "${inner[@]}"
 fi
 echo "== no verbs device on this host: running in deploy/vm/rxe-vm (Soft-RoCE rxe0 in a QEMU guest)"
 exec deploy/vm/rxe-vm --rw "$build" -- env KVNODE_BUILD_DIR="$build" \
-  DEMO_DURATION="${DEMO_DURATION:-15}" "$PWD/deploy/demo.sh" --inner
+  DEMO_DURATION="${DEMO_DURATION:-$dur_default}" "$PWD/${inner[0]}" "${inner[@]:1}"

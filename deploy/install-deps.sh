@@ -12,6 +12,10 @@ PACKAGES=(
   # libraries
   libboost-dev librocksdb-dev libgflags-dev libgoogle-glog-dev libabsl-dev
   libxxhash-dev nlohmann-json3-dev
+  # the cluster: etcd v3 over gRPC with etcd's own protos (cluster/), the
+  # etcd the tests start, promtool for the metrics, the HTTP metrics endpoint
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler golang-etcd-server-dev
+  etcd-server etcd-client prometheus libcpp-httplib-dev
   # test and benchmark scripts read JSON reports with python3
   python3
   # tests and benchmarks

@@ -15,15 +15,16 @@ declare -A allowed=(
   [storage]="base"
   [proto]="base storage"
   [upgrade]="base proto"
+  [cluster]="base proto"
   [server]="base proto storage rdma"
-  [node]="base proto storage rdma server upgrade"
+  [node]="base proto storage rdma server upgrade cluster"
   [client]="base proto storage rdma"
-  [tools]="base proto storage rdma client"
+  [tools]="base proto storage rdma client cluster"
 )
 # include prefix -> the directory that owns it.
 declare -A owner=(
   [base]=base [rdma]=rdma [storage]=storage [proto]=proto [upgrade]=upgrade
-  [server]=server [node]=node [client]=client [load]=tools [fill]=tools
+  [cluster]=cluster [server]=server [node]=node [client]=client [load]=tools [fill]=tools
 )
 # proto may take only storage's header-only limits (no link to storage).
 proto_storage_ok='kvnode/storage/limits.h'

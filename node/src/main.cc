@@ -14,9 +14,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "cluster_agent.h"
 #include "kvnode/base/time_zone.h"
 #include "kvnode/base/version.h"
 #include "kvnode/node/node.h"
+#include "kvnode/server/options.h"
 #include "kvnode/server/server.h"
 #include "kvnode/upgrade/fault.h"
 #include "kvnode/upgrade/header.h"
@@ -126,6 +128,21 @@ DEFINE_int64(upgrade_write_pause_limit_ms, 20000,
 DEFINE_int64(upgrade_step_deadline_ms, 30000,
              "live upgrade: deadline of the old process's steps that have none of their own "
              "(memtable flush, RocksDB close); the watchdog rolls back 2 s after it");
+DEFINE_string(cluster, "",
+              "make this node a member of the cluster NAME ([A-Za-z0-9._-], 1..64 bytes) whose "
+              "membership and shard map live in etcd (needs --etcd_endpoints): it serves only the "
+              "slots the map gives it and keeps a leased member key; empty: a single node that "
+              "serves every key, no etcd");
+DEFINE_string(etcd_endpoints, "",
+              "--cluster: etcd's client endpoints, host:port[,host:port...] (plain gRPC, no URL "
+              "scheme). The node serves its last map from --db_path while etcd is unreachable");
+DEFINE_string(node_id, "",
+              "--cluster: this node's id in the shard map ([A-Za-z0-9._-], 1..64 bytes). Required "
+              "at the first cluster start of a database, which records it (DB/cluster-identity); "
+              "later starts may omit it, and a database of another node or cluster is refused");
+DEFINE_int64(etcd_lease_ttl_s, 3,
+             "--cluster: TTL of the member key's etcd lease, 2..60 s (renewed every third of "
+             "it): a node that dies is gone from the cluster this long after");
 
 namespace {
 
@@ -139,6 +156,22 @@ void RestartCold(const std::vector<std::string>& start_argv, uint64_t generation
   google::FlushLogFiles(google::GLOG_INFO);
   execv("/proc/self/exe", argvp.data());
   PLOG(ERROR) << "kvnode: exec /proc/self/exe for a cold start";
+}
+
+// The cluster agent for `options` (--cluster): the server's own checks
+// first, so that a node refused for its flags or token touches nothing,
+// then the identity in the database directory and the persisted map.
+absl::StatusOr<std::unique_ptr<kvnode::node::ClusterAgent>> CreateClusterAgent(
+    const kvnode::server::ServerOptions& o, kvnode::node::ClusterAgentOptions options) {
+  if (absl::Status s = o.Validate(); !s.ok()) return s;
+  if (!o.auth_token_file.empty()) {
+    if (absl::Status s = kvnode::server::ReadAuthTokenFile(o.auth_token_file).status(); !s.ok()) {
+      return s;
+    }
+  }
+  options.build_id = o.build_id;
+  options.version = kvnode::base::kVersion;
+  return kvnode::node::ClusterAgent::Create(std::move(options));
 }
 
 }  // namespace
@@ -159,6 +192,7 @@ int main(int argc, char** argv) {
   gflags::SetUsageMessage(
       "RDMA key-value storage node.\n"
       "  kvnode --db_path DIR [--listen HOST:PORT] [--admin_socket PATH] ...\n"
+      "  kvnode --db_path DIR --cluster NAME --etcd_endpoints HOST:PORT --node_id ID ...\n"
       "GETs are served by one-sided RDMA READs of a shared-memory arena; PUT/DELETE by RPC\n"
       "into RocksDB. SIGTERM/SIGINT stop it cleanly. Flags:");
   gflags::SetVersionString(kvnode::base::kVersionString);
@@ -258,6 +292,34 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  // Cluster membership: identity and the persisted map before anything
+  // listens (the listener serves that map even when etcd is down).
+  kvnode::node::ClusterFlags cluster_flags;
+  cluster_flags.cluster = FLAGS_cluster;
+  cluster_flags.etcd_endpoints = FLAGS_etcd_endpoints;
+  cluster_flags.node_id = FLAGS_node_id;
+  cluster_flags.etcd_lease_ttl_s = FLAGS_etcd_lease_ttl_s;
+  cluster_flags.etcd_lease_ttl_given =
+      !gflags::GetCommandLineFlagInfoOrDie("etcd_lease_ttl_s").is_default;
+  absl::StatusOr<std::optional<kvnode::node::ClusterAgentOptions>> cluster_options =
+      kvnode::node::ClusterOptionsFromFlags(cluster_flags, o.db_path);
+  if (!cluster_options.ok()) {
+    LOG(ERROR) << cluster_options.status();
+    return 2;
+  }
+  std::unique_ptr<kvnode::node::ClusterAgent> agent;
+  if (cluster_options->has_value()) {
+    absl::StatusOr<std::unique_ptr<kvnode::node::ClusterAgent>> created =
+        CreateClusterAgent(o, **cluster_options);
+    if (!created.ok()) {
+      LOG(ERROR) << "kvnode: cannot start: " << created.status();
+      return 2;
+    }
+    agent = std::move(*created);
+    o.shard_gate = agent->gate();
+    uo.cluster = agent.get();
+  }
+
   up::UpgradeMetrics upgrade_metrics;
   std::unique_ptr<kvnode::server::Server> server;
   std::unique_ptr<up::NewSideTail> tail;
@@ -291,15 +353,37 @@ int main(int argc, char** argv) {
       return 1;
     }
     server = std::move(*created);
+    if (agent != nullptr) {
+      absl::StatusOr<std::string> endpoint = server->advertised_endpoint();
+      absl::Status s = endpoint.status();
+      if (s.ok()) s = agent->Start(*endpoint, server->generation());
+      if (!s.ok()) {
+        LOG(ERROR) << "kvnode: cannot start the cluster membership: " << s;
+        return 1;
+      }
+    }
     (void)up::SdNotifyReady();
   }
   up::OldSide old_side(server.get(), uo, &upgrade_metrics);
   old_side.Install();
+  if (agent != nullptr) {
+    server->SetExtraStats([&upgrade_metrics, a = agent.get()] {
+      std::vector<kvnode::server::ExtraStat> rows = upgrade_metrics.Render();
+      std::vector<kvnode::server::ExtraStat> more = a->Stats();
+      rows.insert(rows.end(), more.begin(), more.end());
+      return rows;
+    });
+    // A new process says "serving" once the old one is gone (NewSideTail).
+    if (tail == nullptr) server->RunOnControlThread([a = agent.get()] { a->MarkServing(); });
+  }
   if (tail != nullptr) tail->Start(old_side.busy_flag());
   const uint64_t generation = server->generation();
   absl::Status s = server->Run();
   const int code = old_side.FinishAfterRun(s);
   tail.reset();
+  // Revokes the lease (the member key goes at once) unless a new process
+  // took it over.
+  if (agent != nullptr) agent->Stop();
   server.reset();
   if (!s.ok()) LOG(ERROR) << "kvnode: unclean exit: " << s;
   LOG(INFO) << "kvnode: exit " << code << " (pid " << getpid() << ", generation " << generation

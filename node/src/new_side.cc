@@ -45,6 +45,20 @@ AbortCode CodeFor(const absl::Status& s) {
   return AbortCode::kInternal;
 }
 
+// N renews the member's lease from HandOver on (O stopped before it sent
+// it), before it becomes the writer: the lease has about two thirds of its
+// TTL left when it arrives. When O died before HandOver (no lease), the
+// session registers anew.
+void StartClusterSession(ClusterMember& cluster, const server::ServerOptions& options,
+                         const HandoffHeader& h, pid_t o_pid, const HandOver& ho) {
+  // N's --listen is O's bound address (O appends it): the endpoint is O's.
+  absl::StatusOr<std::string> endpoint =
+      server::AdvertisedEndpoint(options.advertise_address, options.listen);
+  if (!endpoint.ok()) LOG(WARNING) << "upgrade: cluster member endpoint: " << endpoint.status();
+  cluster.TakeOverStarted(ho.cluster_lease, h.generation, o_pid, h.build_id,
+                          endpoint.ok() ? *endpoint : options.listen);
+}
+
 }  // namespace
 
 std::optional<uint64_t> ColdStartGeneration(const absl::Status& takeover_error) {
@@ -217,6 +231,8 @@ absl::StatusOr<std::pair<std::unique_ptr<server::Server>, std::unique_ptr<NewSid
     return fail(UnexpectedMessage(m->message, "HandOver"), true);
   }
   mark("n_handover_wait");
+  if (upgrade.cluster != nullptr)
+    StartClusterSession(*upgrade.cluster, options, *h, arg->o_pid, ho);
 
   // 4. The writer switch (RocksDB itself when O died), sockets, sessions,
   // counters.
@@ -255,6 +271,7 @@ absl::StatusOr<std::pair<std::unique_ptr<server::Server>, std::unique_ptr<NewSid
     }
   }
   mark("n_accepting");
+  if (upgrade.cluster != nullptr) upgrade.cluster->TookOver(options.generation);
   for (const auto& [k, d] : phases) metrics->SetLast(k, d);
   // systemd's main PID: O names this process when it has taken Owned in (its
   // point of no return; until then it may still roll back and kill us), or
@@ -270,6 +287,7 @@ absl::StatusOr<std::pair<std::unique_ptr<server::Server>, std::unique_ptr<NewSid
 
   tail->server_ = srv.get();
   tail->metrics_ = metrics;
+  tail->cluster_ = upgrade.cluster;
   tail->channel_.emplace(std::move(ch));
   tail->old_.emplace(std::move(*old));
   tail->header_name_ = *hname;
@@ -429,6 +447,8 @@ void NewSideTail::Wait() {
   }
   (void)RemoveHandoffHeader(header_name_);
   server_->SetUpgradeInProgress(false);
+  // Stopping, the shutdown has said "draining" already.
+  if (cluster_ != nullptr && !stopping()) cluster_->UpgradeFinished();
   if (busy_ != nullptr) busy_->store(false);
   // One line with every phase (ms), O's included (they came with Gone): what
   // the metrics say, kept in the log for each upgrade, not just the last.

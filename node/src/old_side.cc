@@ -175,9 +175,9 @@ bool OldSide::OnShutdownSignal() {
     absl::MutexLock l(&mu_);
     a = current_;
   }
-  if (a == nullptr) return false;
+  if (a == nullptr) return ShutdownNow();
   absl::MutexLock l(&a->mu);
-  if (a->finished) return false;  // no upgrade running
+  if (a->finished) return ShutdownNow();  // no upgrade running
   a->cancel = true;
   if (a->owned) {
     // N serves now and O is on its way out: the signal meant "stop the
@@ -196,6 +196,11 @@ bool OldSide::OnShutdownSignal() {
   LOG(WARNING) << "upgrade: shutdown requested during the upgrade (step " << a->step
                << "): rolling it back first";
   return true;
+}
+
+bool OldSide::ShutdownNow() {
+  if (options_.cluster != nullptr) options_.cluster->ShutdownStarted();
+  return false;
 }
 
 void OldSide::OnRequest(server::Server::UpgradeRequest request,
@@ -254,6 +259,7 @@ void OldSide::RunUpgrade(std::shared_ptr<Attempt> ap) {
   metrics_->ClearLast();
   server_->SetUpgradeInProgress(true);
   (void)SdNotifyReloading();
+  if (options_.cluster != nullptr) options_.cluster->UpgradeStarted();
   absl::Status s = Handoff(ap);
   if (!s.ok()) {
     {
@@ -337,6 +343,12 @@ absl::Status OldSide::SpawnNewProcess(Attempt& a) {
   const server::Server::ArenaInfo ai = server_->arena_info();
   HandoffHeader h = HandoffHeader::For(options_.compat);
   h.capabilities = kCapSessionTable | kCapCounters;
+  if (options_.cluster != nullptr) {
+    // N must carry the member's lease on: one that cannot refuses here,
+    // before anything is disturbed.
+    h.capabilities |= kCapClusterLease;
+    h.required_capabilities |= kCapClusterLease;
+  }
   h.arena_size = ai.arena_size;
   h.arena_id = ai.arena_id;
   h.generation = server_->generation();
@@ -568,13 +580,20 @@ absl::Status OldSide::SendHandOver(const std::shared_ptr<Attempt>& ap) {
     a.step = "o_handover";
     a.lease = deadline;
     ch = &*a.channel;
+    // Under mu with handover_sending (HandOffLease does not block): any
+    // rollback comes after it, fences N, then takes the lease back
+    // (UpgradeRolledBack).
+    if (options_.cluster != nullptr) ho.cluster_lease = options_.cluster->HandOffLease();
   }
   if (absl::Status s = ch->Send(ho, fds, deadline); !s.ok()) {
     return WithContext(s, "sending HandOver");
   }
   LOG(INFO) << "upgrade: HandOver sent (" << sent->records << " client records sent in the pause, "
             << ho.client_ids.size() << " held; " << ho.session_chunks
-            << " Sessions messages in all, " << ho.counters.counters.size() << " counters)";
+            << " Sessions messages in all, " << ho.counters.counters.size() << " counters"
+            << (options_.cluster != nullptr ? absl::StrCat("; cluster lease ", ho.cluster_lease)
+                                            : std::string())
+            << ")";
   return absl::OkStatus();
 }
 
@@ -746,6 +765,8 @@ void OldSide::Rollback(Attempt& a, const absl::Status& why, bool by_watchdog) {
         options_.control_task_deadline);
   }
   if (!a.header_name.empty()) (void)RemoveHandoffHeader(a.header_name);
+  // N is dead (fenced above) if it ever had the lease.
+  if (options_.cluster != nullptr) options_.cluster->UpgradeRolledBack();
   server_->metrics().Add(server::Counter::kRollbacks);
   if (by_watchdog) metrics_->Add(UpgradeMetrics::kWatchdogRollbacks);
   server_->SetUpgradeInProgress(false);
@@ -768,7 +789,10 @@ void OldSide::Rollback(Attempt& a, const absl::Status& why, bool by_watchdog) {
   if (cancel) absl::StrAppend(&o.reason, "; the node shuts down as requested");
   o.elapsed_ms = absl::ToDoubleMilliseconds(took);
   Report(a, o);
-  if (cancel) server_->RequestShutdown();
+  if (cancel) {
+    if (options_.cluster != nullptr) options_.cluster->ShutdownStarted();
+    server_->RequestShutdown();
+  }
 }
 
 server::UpgradeOutcome OldSide::OutcomeOf(Attempt& a, pid_t child_pid) {

@@ -191,6 +191,7 @@ std::string StatsAnswer(const StatsView& v) {
       {"sessions_closed", c.of(Counter::kSessionsClosed)},
       {"connections_accepted", c.of(Counter::kConnectionsAccepted)},
       {"rpc_busy", c.of(Counter::kRpcBusy)},
+      {"rpc_wrong_shard", c.of(Counter::kRpcWrongShard)},
       {"dedupe_hits", c.of(Counter::kDedupeHits)},
       {"errors", errors},
       {"errors_total", c.total_errors()},
@@ -287,6 +288,9 @@ std::string RenderPrometheus(const StatsView& v) {
          c.of(Counter::kSessionsAccepted));
   metric("sessions_closed_total", "counter", "Sessions closed.", c.of(Counter::kSessionsClosed));
   metric("rpc_busy_total", "counter", "Writes answered BUSY.", c.of(Counter::kRpcBusy));
+  metric("rpc_wrong_shard_total", "counter",
+         "Requests for a slot this node does not serve (WRONG_SHARD or REJECTED).",
+         c.of(Counter::kRpcWrongShard));
   metric("dedupe_hits_total", "counter", "Retried writes answered from the dedupe window.",
          c.of(Counter::kDedupeHits));
   absl::StrAppend(&out,

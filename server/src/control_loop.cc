@@ -185,6 +185,8 @@ void ServerImpl::OnConnEvents(Conn& c, std::vector<ControlSession::Event>& event
       OnClientQp(c, q->qp);
     } else if (std::holds_alternative<ControlSession::MoveAckEvent>(ev)) {
       OnMoveAck(c);
+    } else if (std::holds_alternative<ControlSession::MapRequestEvent>(ev)) {
+      SendShardMap(c);
     } else if (auto* cl = std::get_if<ControlSession::ClosedEvent>(&ev)) {
       OnClosed(c, *cl);
     }
@@ -210,13 +212,14 @@ void ServerImpl::OnHello(Conn& c, const proto::Hello& hello) {
   c.hello_at = absl::Now();
   VLOG(1) << "Hello from " << c.peer << " (" << hello.client_name << "), client id "
           << hello.client_id;
-  data_->Post(
-      [this, id = c.id, requested = hello.client_id, secret = hello.resume_secret, peer = c.peer] {
-        absl::StatusOr<SessionSetup> setup = data_->CreateSession(id, requested, secret, peer);
-        control_tasks_->Post([this, id, setup = std::move(setup)]() mutable {
-          OnSessionCreated(id, std::move(setup));
-        });
-      });
+  const bool shard_map = (SessionFeatures(hello.features) & proto::kFeatureShardMap) != 0;
+  data_->Post([this, id = c.id, requested = hello.client_id, secret = hello.resume_secret,
+               peer = c.peer, shard_map] {
+    absl::StatusOr<SessionSetup> setup =
+        data_->CreateSession(id, requested, secret, peer, shard_map);
+    control_tasks_->Post(
+        [this, id, setup = std::move(setup)]() mutable { OnSessionCreated(id, std::move(setup)); });
+  });
 }
 
 void ServerImpl::OnSessionCreated(uint64_t id, absl::StatusOr<SessionSetup> setup) {
@@ -251,7 +254,8 @@ void ServerImpl::OnSessionCreated(uint64_t id, absl::StatusOr<SessionSetup> setu
   }
   c->client_id = setup->client_id;
   c->welcome_at = absl::Now();
-  if (absl::Status s = c->session.SendWelcome(MakeWelcome(*setup)); !s.ok()) {
+  if (absl::Status s = c->session.SendWelcome(MakeWelcome(*setup, c->session.hello_features()));
+      !s.ok()) {
     LOG(ERROR) << "Welcome for " << c->peer << ": " << s;
     metrics_.Error(ErrorKind::kSessionSetup);
     CloseConn(*c, false);
@@ -271,12 +275,16 @@ void ServerImpl::CloseReplaced(uint64_t old_id, const Conn& by) {
   CloseConn(*old, false);
 }
 
-proto::Welcome ServerImpl::MakeWelcome(const SessionSetup& setup) const {
+uint64_t ServerImpl::SessionFeatures(uint64_t hello_features) const {
+  return opt_.shard_gate != nullptr ? hello_features & proto::kFeatureShardMap : 0;
+}
+
+proto::Welcome ServerImpl::MakeWelcome(const SessionSetup& setup, uint64_t hello_features) const {
   proto::Welcome w;
   w.client_id = setup.client_id;
   w.resume_secret = setup.secret;
   w.server_generation = opt_.generation;
-  w.features = 0;
+  w.features = SessionFeatures(hello_features);
   w.server_qp = setup.qp;
   w.server_qp.port = static_cast<uint8_t>(device_->port());
   w.rkey = setup.rkey;
@@ -329,7 +337,35 @@ void ServerImpl::OnQpConnected(uint64_t id, const absl::Status& st, absl::Time c
             << c->session.client_name() << ") " << since(absl::Now()) << " after accept (Hello "
             << since(c->hello_at) << ", Welcome " << since(c->welcome_at) << ", ClientQp "
             << since(c->client_qp_at) << ", QP connected " << since(connected_at) << ")";
+  SendShardMap(*c);
   FlushConn(*c);
+}
+
+void ServerImpl::SendShardMap(Conn& c) {
+  if (opt_.shard_gate == nullptr || !c.ready || !c.session.shard_map_feature()) return;
+  const std::shared_ptr<const ShardView> view = opt_.shard_gate->Current();
+  if (view == nullptr) return;  // the first Publish sends it
+  if (absl::Status s = c.session.SendShardMap(view->map); !s.ok()) {
+    LOG_EVERY_N(ERROR, 100) << "shard map (epoch " << view->map.epoch << ") for client "
+                            << c.client_id << ": " << s;
+  }
+}
+
+void ServerImpl::OnShardMapPublished() {
+  // Publishes in a burst post one task each; the first pushes the newest.
+  const uint64_t version = opt_.shard_gate->version();
+  if (version == pushed_map_version_) return;
+  pushed_map_version_ = version;
+  std::vector<uint64_t> ids;
+  for (const auto& [id, c] : conns_) {
+    if (c->ready && c->session.shard_map_feature()) ids.push_back(id);
+  }
+  for (uint64_t id : ids) {
+    Conn* c = FindConn(id);
+    if (c == nullptr) continue;
+    SendShardMap(*c);
+    FlushConn(*c);  // may close it
+  }
 }
 
 void ServerImpl::OnMoveAck(Conn& c) {

@@ -115,6 +115,7 @@ void ControlSession::Handle(proto::ControlMessage m, std::vector<Event>* events)
       }
       requested_client_id_ = h->client_id;
       client_name_ = h->client_name;
+      hello_features_ = h->features;
       state_ = SessionState::kAwaitWelcome;
       events->push_back(HelloEvent{std::move(*h)});
       return;
@@ -129,6 +130,10 @@ void ControlSession::Handle(proto::ControlMessage m, std::vector<Event>* events)
     case SessionState::kReady: {
       if (auto* a = std::get_if<proto::MoveAck>(&m)) {
         events->push_back(MoveAckEvent{a->new_generation});
+        return;
+      }
+      if (auto* r = std::get_if<proto::MapRequest>(&m); r != nullptr && shard_map_feature()) {
+        events->push_back(MapRequestEvent{r->known_epoch});
         return;
       }
       return unexpected();
@@ -151,6 +156,7 @@ absl::Status ControlSession::SendWelcome(const proto::Welcome& w) {
     Fail(proto::ErrorCode::kInternal, "server could not encode Welcome");
     return s;
   }
+  features_ = w.features;
   state_ = SessionState::kAwaitClientQp;
   return absl::OkStatus();
 }
@@ -189,6 +195,14 @@ absl::Status ControlSession::SendMove(const proto::Move& m) {
     return absl::FailedPreconditionError("Move outside kReady");
   }
   return proto::EncodeControl(m, &out_);
+}
+
+absl::Status ControlSession::SendShardMap(const proto::ShardMap& map) {
+  if (state_ != SessionState::kReady || !shard_map_feature()) {
+    return absl::FailedPreconditionError(
+        "ShardMap outside kReady or to a session without kFeatureShardMap");
+  }
+  return proto::EncodeControl(proto::ShardMapMsg{map}, &out_);
 }
 
 }  // namespace kvnode::server

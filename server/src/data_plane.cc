@@ -298,7 +298,7 @@ absl::Status DataPlane::NewClientId(uint64_t* client_id) const {
 absl::StatusOr<SessionSetup> DataPlane::CreateSession(uint64_t conn_id,
                                                       uint64_t requested_client_id,
                                                       const ResumeSecret& presented_secret,
-                                                      std::string peer) {
+                                                      std::string peer, bool shard_map_feature) {
   if (by_conn_.contains(conn_id)) {
     return absl::AlreadyExistsError(absl::StrCat("connection ", conn_id, " has a session"));
   }
@@ -346,6 +346,7 @@ absl::StatusOr<SessionSetup> DataPlane::CreateSession(uint64_t conn_id,
   if (next_serial_ == 0) next_serial_ = 1;
   s->block = free_blocks_.back();
   s->peer = std::move(peer);
+  s->shard_map_feature = shard_map_feature;
   s->created = absl::Now();
   for (uint32_t i = 2 * config_.credits; i > 0; --i) s->free_send.push_back(i - 1);
 

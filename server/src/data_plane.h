@@ -39,6 +39,7 @@
 #include "kvnode/server/dedupe.h"
 #include "kvnode/server/metrics.h"
 #include "kvnode/server/rpc_handler.h"
+#include "kvnode/server/shard_gate.h"
 #include "task_queue.h"
 
 namespace kvnode::server {
@@ -58,6 +59,9 @@ struct DataPlaneConfig {
   uint8_t qp_timeout = 12;                          // ServerOptions::qp_timeout
   uint8_t qp_retry_cnt = 2;                         // ServerOptions::qp_retry_cnt
   absl::Duration drain_timeout = absl::Seconds(2);  // per QP
+  // ServerOptions::shard_gate: null serves every key; set, only the slots of
+  // its current view (RpcContext::sharded).
+  std::shared_ptr<ShardGate> shard_gate;
 };
 
 // Memory and verbs objects created by the Server and shared with the data
@@ -115,10 +119,11 @@ class DataPlane {
   // Resumes `requested_client_id` (its record: dedupe window, secret; a
   // live session of it is replaced) only when `presented_secret` is that
   // record's secret; any other Hello gets a fresh id and secret from the
-  // kernel CSPRNG, never another client's state.
+  // kernel CSPRNG, never another client's state. `shard_map_feature`: the
+  // session negotiated kFeatureShardMap (WRONG_SHARD, not REJECTED).
   absl::StatusOr<SessionSetup> CreateSession(uint64_t conn_id, uint64_t requested_client_id,
-                                             const ResumeSecret& presented_secret,
-                                             std::string peer);
+                                             const ResumeSecret& presented_secret, std::string peer,
+                                             bool shard_map_feature = false);
   // Client QP info -> RTR/RTS, window bound (waits for the bind completion).
   absl::Status ConnectSession(uint64_t conn_id, const proto::QpInfo& client);
   // Orderly teardown; no LostFn call. Unknown ids are ignored. forget_client
@@ -170,6 +175,15 @@ class DataPlane {
   // were queued (Qp::PostSends: one doorbell and one completion per chain).
   void PostAnswers();
   RpcContext ContextFor(ClientRecord& record) const;
+  // Re-reads the gate's view when it was published since (one atomic load
+  // otherwise).
+  void RefreshShardView() {
+    if (config_.shard_gate == nullptr) return;
+    const uint64_t v = config_.shard_gate->version();
+    if (v == shard_version_) return;
+    shard_version_ = v;
+    shard_view_ = config_.shard_gate->Current();
+  }
   absl::Status PostRecvSlot(Session& s, uint32_t slot);
   uint64_t RecvOffset(const Session& s, uint32_t slot) const;
   uint64_t SendOffset(const Session& s, uint32_t slot) const;
@@ -228,6 +242,10 @@ class DataPlane {
   };
   std::vector<Answer> answers_;
   std::vector<rdma::SendWr> chain_;  // PostAnswers' scratch
+  // The gate's view as of shard_version_ (the gate starts at version 0
+  // with no view).
+  std::shared_ptr<const ShardView> shard_view_;
+  uint64_t shard_version_ = 0;
 
   std::atomic<uint64_t> live_sessions_{0};
   std::atomic<uint64_t> ready_sessions_{0};

@@ -84,8 +84,14 @@ bool DataPlane::HandleRequest(Session& s, uint32_t recv_slot, uint32_t byte_len)
   const std::span<uint8_t> response(res_.pool_base + SendOffset(s, send_slot),
                                     proto::kMaxRpcMessageSize);
   WriteRequest write;
-  RpcResult r =
-      HandleRpc(request, ContextFor(*s.record), response, config_.group_commit ? &write : nullptr);
+  RpcContext ctx = ContextFor(*s.record);
+  if (config_.shard_gate != nullptr) {
+    RefreshShardView();
+    ctx.sharded = true;
+    ctx.shard = shard_view_.get();
+    ctx.shard_map_feature = s.shard_map_feature;
+  }
+  RpcResult r = HandleRpc(request, ctx, response, config_.group_commit ? &write : nullptr);
   if (r.staged) {
     // A retry of a write staged in this round (a client may send a sequence
     // again): the first is applied and remembered before this one is
@@ -101,7 +107,7 @@ bool DataPlane::HandleRequest(Session& s, uint32_t recv_slot, uint32_t byte_len)
       return true;
     }
     FlushWrites();
-    r = HandleRpc(request, ContextFor(*s.record), response);
+    r = HandleRpc(request, ctx, response);
   }
   return Respond(s, recv_slot, send_slot, byte_len, r);
 }

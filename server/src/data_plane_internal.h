@@ -37,6 +37,7 @@ struct DataPlane::Session {
   ClientRecord* record = nullptr;
   uint32_t rkey = 0;
   bool connected = false;
+  bool shard_map_feature = false;  // kFeatureShardMap negotiated
   uint64_t ops = 0;
   absl::Time created;
   std::vector<uint32_t> free_send;  // send buffer slots not in flight

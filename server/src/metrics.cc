@@ -32,6 +32,8 @@ const char* CounterName(Counter c) {
       return "upgrades";
     case Counter::kRollbacks:
       return "rollbacks";
+    case Counter::kRpcWrongShard:
+      return "rpc_wrong_shard";
     case Counter::kCount:
       break;
   }

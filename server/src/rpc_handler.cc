@@ -3,6 +3,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
@@ -92,6 +93,33 @@ storage::SideRecord ClientSide(const WriteTag& tag, uint32_t keep, GroupEntries*
         if (tag.secret != nullptr) c.secret = *tag.secret;
         return EncodeClientRecord(c);
       }};
+}
+
+// The answer to a GET/PUT/DELETE of a slot this node does not serve
+// (RpcContext::sharded), nullopt when it does.
+std::optional<RpcResult> ForeignSlot(const proto::RequestView& r, const RpcContext& ctx,
+                                     std::span<uint8_t> response) {
+  const ShardView* v = ctx.shard;
+  uint32_t slot = 0;
+  if (v != nullptr && v->map.num_slots != 0) {
+    slot = proto::SlotOf(r.key, v->map.num_slots);
+    if (v->Owns(slot)) return std::nullopt;
+  }
+  Count(ctx, Counter::kRpcWrongShard);
+  const uint64_t epoch = v != nullptr ? v->map.epoch : 0;
+  if (ctx.shard_map_feature) {
+    return Answer(r.opcode, RpcStatus::kWrongShard, r.sequence, epoch, {}, response);
+  }
+  std::string why;
+  if (v == nullptr || v->map.num_slots == 0) {
+    why = "this cluster node has no shard map yet: it serves no slot";
+  } else {
+    const uint16_t owner = v->map.OwnerOf(slot);
+    why = absl::StrCat("the key's slot ", slot, " is served by node '",
+                       owner < v->map.nodes.size() ? v->map.nodes[owner].node_id : "?",
+                       "', not this one (map epoch ", epoch, "); route it by the shard map");
+  }
+  return Answer(r.opcode, RpcStatus::kRejected, r.sequence, 0, why, response);
 }
 
 }  // namespace
@@ -232,6 +260,9 @@ RpcResult HandleRpc(std::span<const uint8_t> request, const RpcContext& ctx,
         r.opcode, RpcStatus::kRejected, r.sequence, 0,
         absl::StrCat("request names client ", r.client_id, " but this session is ", ctx.client_id),
         response);
+  }
+  if (ctx.sharded && r.opcode != Opcode::kPing) {
+    if (std::optional<RpcResult> foreign = ForeignSlot(r, ctx, response)) return *foreign;
   }
   switch (r.opcode) {
     case Opcode::kPing:

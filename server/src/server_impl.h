@@ -129,10 +129,17 @@ class ServerImpl {
   void OnHello(Conn& c, const proto::Hello& hello);
   void OnSessionCreated(uint64_t id, absl::StatusOr<SessionSetup> setup);
   void CloseReplaced(uint64_t old_id, const Conn& by);
-  proto::Welcome MakeWelcome(const SessionSetup& setup) const;
+  proto::Welcome MakeWelcome(const SessionSetup& setup, uint64_t hello_features) const;
+  // kFeatureShardMap when this node has a shard gate and `hello_features` asks for it.
+  uint64_t SessionFeatures(uint64_t hello_features) const;
   void OnClientQp(Conn& c, const proto::QpInfo& qp);
   void OnQpConnected(uint64_t id, const absl::Status& st, absl::Time connected_at);
   void OnMoveAck(Conn& c);
+  // Shard map (ServerOptions::shard_gate): the current map to one ready
+  // session that negotiated kFeatureShardMap (nothing while there is none),
+  // and to all of them after a Publish.
+  void SendShardMap(Conn& c);
+  void OnShardMapPublished();
   void OnClosed(Conn& c, const ControlSession::ClosedEvent& closed);
   void FlushConn(Conn& c);
   void CloseConn(Conn& c, bool vanished);
@@ -201,7 +208,8 @@ class ServerImpl {
   absl::flat_hash_map<uint64_t, std::unique_ptr<Conn>> conns_;
   absl::flat_hash_map<uint64_t, std::unique_ptr<AdminConn>> admins_;
   uint64_t next_conn_id_ = kFirstConnId;
-  uint64_t pending_creates_ = 0;  // Hellos sent to the data plane, not answered
+  uint64_t pending_creates_ = 0;     // Hellos sent to the data plane, not answered
+  uint64_t pushed_map_version_ = 0;  // the gate's version last pushed to every session
 };
 
 }  // namespace kvnode::server

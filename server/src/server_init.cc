@@ -74,6 +74,8 @@ absl::Status WritePidFile(const std::string& path) {
 }  // namespace
 
 ServerImpl::~ServerImpl() {
+  // No Publish may post to control_tasks_ once it is gone.
+  if (opt_.shard_gate != nullptr) opt_.shard_gate->SetListener({});
   // Normally Shutdown() released everything; this covers a failed Init.
   if (data_ != nullptr) data_->Shutdown();
   data_.reset();
@@ -325,6 +327,12 @@ absl::Status ServerImpl::InitRegistrationAndDataPlane() {
   absl::StatusOr<std::unique_ptr<TaskQueue>> q = TaskQueue::Create();
   if (!q.ok()) return q.status();
   control_tasks_ = std::move(*q);
+  if (opt_.shard_gate != nullptr) {
+    // Publish may come from any thread (the cluster agent's); the push
+    // happens here, on the control thread.
+    opt_.shard_gate->SetListener(
+        [this, ctq = control_tasks_.get()] { ctq->Post([this] { OnShardMapPublished(); }); });
+  }
 
   DataPlaneConfig dc;
   dc.max_clients = opt_.max_clients;
@@ -338,6 +346,7 @@ absl::Status ServerImpl::InitRegistrationAndDataPlane() {
   dc.qp_timeout = static_cast<uint8_t>(opt_.qp_timeout);
   dc.qp_retry_cnt = static_cast<uint8_t>(opt_.qp_retry_cnt);
   dc.drain_timeout = std::min(absl::Seconds(2), opt_.shutdown_timeout);
+  dc.shard_gate = opt_.shard_gate;
   DataPlaneResources res{
       device_, pd_, arena_mr_, pool_mr_, pool_mem_.bytes(), store_->arena_size()};
   TaskQueue* ctq = control_tasks_.get();

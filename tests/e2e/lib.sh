@@ -177,6 +177,7 @@ kv_cleanup() {
   local j
   for j in $(jobs -p); do kill -KILL "$j" 2>/dev/null || true; done
   [[ -n ${KV_SHM:-} ]] && rm -f "/dev/shm/$KV_SHM"
+  kv_cluster_cleanup
   return 0
 }
 trap kv_cleanup EXIT
@@ -185,3 +186,391 @@ trap kv_cleanup EXIT
 kv_stat_is() { [[ $(kv_stat "$1") == "$2" ]]; }
 kv_stat_at_least() { local v; v=$(kv_stat "$1"); [[ -n $v && ${v%.*} -ge $2 ]]; }
 kv_qp_count_is() { [[ $(kv_rdma_count qp) -eq $1 ]]; }
+
+# ---- etcd and the cluster (docs/testing.md "Cluster tests") ------------------
+#
+#   kv_etcd_start                 /usr/bin/etcd on 127.0.0.1, free client and peer
+#                                 ports, data in the test's temp dir; healthy within
+#                                 a deadline; exports KV_ETCD_ENDPOINTS
+#   kv_etcd_stop | kv_etcd_kill   SIGTERM (exit within a deadline) | SIGKILL
+#   kv_etcd_restart               again on the same ports and data dir, healthy
+#   kv_etcdctl ARGS...            etcdctl (v3 API) against it
+#   kv_cluster_start N [flags]    etcd, `kvctl cluster init` of nodes a,b,c...
+#                                 and N nodes (distinct ports, dirs, shm names)
+#   kv_cluster_node_start I [flags]   (re)starts node I (0-based) on its port and db
+#   kv_node_use I                 points KV_PID KV_ADDR KV_ADMIN KV_LOG... at node I,
+#                                 so that kv_admin, kv_stat and up_upgrade act on it
+#   kv_cluster_status [--json]    kvctl cluster status of the test's cluster
+#   kv_cluster_serving N          condition: N members in etcd say "serving"
+#   kv_cluster_stop               SIGTERM every node (exit 0), then etcd
+KV_ETCD_BIN=${KV_ETCD_BIN:-/usr/bin/etcd}
+KV_ETCDCTL_BIN=${KV_ETCDCTL_BIN:-/usr/bin/etcdctl}
+KV_ETCD_PID=""
+KV_ETCD_TTL=${KV_ETCD_TTL:-3} # the nodes' --etcd_lease_ttl_s
+KV_CLUSTER=${KV_CLUSTER:-e2e$$}
+KV_TEST_DIR=""
+KV_C_IDS=() KV_C_PID=() KV_C_PORT=() KV_C_DIR=() KV_C_SHM=() KV_C_LOG=() KV_C_STARTS=()
+read -ra KV_CLUSTER_NODE_FLAGS <<<"${KV_CLUSTER_NODE_FLAGS:-}"
+
+# The test's own temp dir (etcd's data, the cluster's nodes), made on first use.
+kv_test_dir() {
+  [[ -n $KV_TEST_DIR ]] || KV_TEST_DIR=$(mktemp -d "/tmp/kv-e2e-$KV_TEST.XXXXXX")
+}
+
+# Sets KV_PORT to a TCP port nobody listens on and this test has not drawn
+# before, below the kernel's ephemeral range (32768-) so that no outgoing
+# connection takes it meanwhile. Another process may still bind it before
+# we do: kv_etcd_start draws again when etcd cannot bind.
+KV_PORTS_TAKEN=" "
+kv_free_port() {
+  local i
+  for ((i = 0; i < 200; i++)); do
+    KV_PORT=$((20000 + RANDOM % 12000))
+    [[ $KV_PORTS_TAKEN == *" $KV_PORT "* ]] && continue
+    kv_port_listening "$KV_PORT" && continue
+    KV_PORTS_TAKEN+="$KV_PORT "
+    return 0
+  done
+  kv_fail "no free TCP port found"
+}
+
+kv_etcdctl() {
+  ETCDCTL_API=3 "$KV_ETCDCTL_BIN" --endpoints "$KV_ETCD_ENDPOINTS" --dial-timeout 2s \
+    --command-timeout 5s "$@"
+}
+kv_etcd_healthy() { kv_etcdctl endpoint health >/dev/null 2>&1; }
+
+kv_etcd_launch() {
+  local url_c="http://127.0.0.1:$KV_ETCD_CLIENT_PORT" url_p="http://127.0.0.1:$KV_ETCD_PEER_PORT"
+  echo "---- etcd start $(printf '%(%H:%M:%S)T' -1) on $url_c" >>"$KV_ETCD_LOG"
+  "$KV_ETCD_BIN" --name kv-e2e --data-dir "$KV_TEST_DIR/etcd" \
+    --listen-client-urls "$url_c" --advertise-client-urls "$url_c" \
+    --listen-peer-urls "$url_p" --initial-advertise-peer-urls "$url_p" \
+    --initial-cluster "kv-e2e=$url_p" --initial-cluster-token "kv-e2e-$$" \
+    --logger zap --log-outputs stderr >>"$KV_ETCD_LOG" 2>&1 &
+  KV_ETCD_PID=$!
+}
+
+# Waits until etcd answers `endpoint health`; status 2 when it exited first,
+# 1 when SECONDS passed.
+kv_etcd_wait_healthy() { # SECONDS
+  local deadline=$((SECONDS + $1))
+  until kv_etcd_healthy; do
+    kill -0 "$KV_ETCD_PID" 2>/dev/null || return 2
+    ((SECONDS < deadline)) || return 1
+    kv_nap 0.1 # poll interval of a condition with a deadline
+  done
+}
+
+kv_etcd_start() {
+  kv_test_dir
+  KV_ETCD_LOG="$KV_TEST_DIR/etcd.log"
+  local attempt rc
+  for attempt in 1 2 3; do
+    kv_free_port
+    KV_ETCD_CLIENT_PORT=$KV_PORT
+    kv_free_port
+    KV_ETCD_PEER_PORT=$KV_PORT
+    export KV_ETCD_ENDPOINTS="127.0.0.1:$KV_ETCD_CLIENT_PORT"
+    kv_etcd_launch
+    rc=0
+    kv_etcd_wait_healthy 60 || rc=$?
+    ((rc == 0)) && break
+    kill -KILL "$KV_ETCD_PID" 2>/dev/null || true
+    wait "$KV_ETCD_PID" 2>/dev/null || true
+    KV_ETCD_PID=""
+    # Another process took a port between the draw and the bind: draw again.
+    grep -q 'address already in use' "$KV_ETCD_LOG" && ((rc == 2 && attempt < 3)) && continue
+    tail -n 20 "$KV_ETCD_LOG" >&2
+    kv_fail "etcd not healthy on $KV_ETCD_ENDPOINTS (exit or 60 s deadline; log $KV_ETCD_LOG)"
+  done
+  kv_log "etcd pid $KV_ETCD_PID on $KV_ETCD_ENDPOINTS (data $KV_TEST_DIR/etcd)"
+}
+
+kv_etcd_end() { # SIGNAL
+  [[ -n $KV_ETCD_PID ]] || return 0
+  kill "-$1" "$KV_ETCD_PID" 2>/dev/null || true
+  kv_wait_for 20 kv_gone "$KV_ETCD_PID" || {
+    kill -KILL "$KV_ETCD_PID" 2>/dev/null || true
+    kv_fail "etcd $KV_ETCD_PID did not exit within 20 s of SIG$1"
+  }
+  wait "$KV_ETCD_PID" 2>/dev/null || true
+  KV_ETCD_PID=""
+}
+kv_etcd_stop() { kv_etcd_end TERM; }
+kv_etcd_kill() {
+  kv_etcd_end KILL
+  kv_log "etcd killed (SIGKILL)"
+}
+kv_etcd_restart() {
+  [[ -z $KV_ETCD_PID ]] || kv_fail "kv_etcd_restart: etcd $KV_ETCD_PID still runs"
+  kv_etcd_launch
+  kv_etcd_wait_healthy 60 ||
+    { tail -n 20 "$KV_ETCD_LOG" >&2; kv_fail "restarted etcd not healthy within 60 s"; }
+  kv_log "etcd restarted, pid $KV_ETCD_PID on $KV_ETCD_ENDPOINTS"
+}
+
+kv_cluster_status() {
+  "$KV_KVCTL" cluster status --etcd_endpoints "$KV_ETCD_ENDPOINTS" --cluster "$KV_CLUSTER" "$@"
+}
+# Condition: N member keys of the cluster in etcd say "serving".
+kv_cluster_serving() { # N
+  local v n=0
+  v=$(kv_etcdctl get --prefix "/kvnode/$KV_CLUSTER/nodes/" --print-value-only) || return 1
+  while [[ $v =~ \"state\":\"serving\" ]]; do
+    n=$((n + 1))
+    v=${v/\"state\":\"serving\"/}
+  done
+  ((n == $1))
+}
+
+# Points the single-node globals (KV_PID KV_ADDR KV_ADMIN KV_LOG KV_DIR
+# KV_SHM) at cluster node I, after saving the current node's KV_PID (a live
+# upgrade or a restart changes it).
+KV_CUR=""
+kv_node_use() { # I
+  [[ -n $KV_CUR ]] && KV_C_PID[KV_CUR]=$KV_PID
+  KV_CUR=$1
+  KV_PID=${KV_C_PID[$1]}
+  KV_DIR=${KV_C_DIR[$1]}
+  KV_ADDR="127.0.0.1:${KV_C_PORT[$1]}"
+  KV_ADMIN="$KV_DIR/admin/admin.sock"
+  KV_LOG=${KV_C_LOG[$1]}
+  KV_SHM=${KV_C_SHM[$1]}
+}
+
+# Node I's current pid as the node says (after live upgrades it is not our
+# child), or its last known one.
+kv_node_pid() { # I
+  local a
+  a=$("$KV_ADMIN_REQUEST" "${KV_C_DIR[$1]}/admin/admin.sock" ping 2>/dev/null) &&
+    kv_json_num "$a" pid || echo "${KV_C_PID[$1]}"
+}
+
+# (Re)starts node I with the cluster's flags, on its port, database and shm
+# name from the first start; a fresh log per start. Waits for ping.
+kv_cluster_node_start() { # I [kvnode flags...]
+  local i=$1 id=${KV_C_IDS[$1]}
+  shift
+  kv_cluster_node_launch "$i" --node_id "$id" "$@"
+  kv_cluster_node_wait "$i"
+}
+
+kv_cluster_node_launch() { # I [kvnode flags...]
+  local i=$1
+  shift
+  kv_test_dir
+  local dir="$KV_TEST_DIR/node-${KV_C_IDS[i]}"
+  if [[ -z ${KV_C_DIR[i]:-} ]]; then
+    KV_C_DIR[i]=$dir
+    kv_free_port
+    KV_C_PORT[i]=$KV_PORT
+    KV_C_SHM[i]="kvnode-e2e-$$-${KV_C_IDS[i]}"
+    KV_C_STARTS[i]=0
+    mkdir -p "$dir"
+  fi
+  KV_C_STARTS[i]=$((KV_C_STARTS[i] + 1))
+  KV_C_LOG[i]="$dir/kvnode-${KV_C_STARTS[i]}.log"
+  "$KV_NODE_BIN" --listen "127.0.0.1:${KV_C_PORT[i]}" --db_path "$dir/db" \
+    --shm_name "${KV_C_SHM[i]}" --admin_socket "$dir/admin/admin.sock" \
+    --auth_token_file "$KV_TOKEN" --pid_file "$dir/pid" --arena_size $((32 << 20)) \
+    --sync_writes=false --max_clients 32 --cluster "$KV_CLUSTER" \
+    --etcd_endpoints "$KV_ETCD_ENDPOINTS" --etcd_lease_ttl_s "$KV_ETCD_TTL" \
+    "${KV_CLUSTER_NODE_FLAGS[@]}" "$@" >"${KV_C_LOG[i]}" 2>&1 &
+  KV_C_PID[i]=$!
+  [[ $KV_CUR == "$i" ]] && KV_PID=${KV_C_PID[i]} && KV_LOG=${KV_C_LOG[i]}
+  return 0
+}
+
+kv_cluster_node_wait() { # I: ping answered within 90 s, the process alive
+  local i=$1 sock="${KV_C_DIR[$1]}/admin/admin.sock" deadline=$((SECONDS + 90))
+  until "$KV_ADMIN_REQUEST" "$sock" ping >/dev/null 2>&1; do
+    if ! kill -0 "${KV_C_PID[i]}" 2>/dev/null || ((SECONDS > deadline)); then
+      kv_node_use "$i"
+      kv_fail "node ${KV_C_IDS[i]} (pid ${KV_C_PID[i]}) did not answer ping (exited or 90 s)"
+    fi
+    kv_nap 0.1 # poll interval of a condition with a deadline
+  done
+  kv_log "node ${KV_C_IDS[i]} pid ${KV_C_PID[i]} on 127.0.0.1:${KV_C_PORT[i]} (${KV_C_DIR[i]})"
+}
+
+kv_cluster_start() { # N [kvnode flags...]
+  local n=$1 i ids=(a b c d e f g h)
+  shift
+  [[ -n $KV_ETCD_PID ]] || kv_etcd_start
+  KV_TOKEN="$KV_TEST_DIR/token"
+  (umask 077 && head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$KV_TOKEN")
+  KV_C_IDS=("${ids[@]:0:n}")
+  local list
+  list=$(IFS=, && echo "${KV_C_IDS[*]}")
+  "$KV_KVCTL" cluster init --etcd_endpoints "$KV_ETCD_ENDPOINTS" --cluster "$KV_CLUSTER" \
+    --nodes "$list" >"$KV_TEST_DIR/init.out" 2>&1 ||
+    { cat "$KV_TEST_DIR/init.out" >&2; kv_fail "kvctl cluster init --nodes $list failed"; }
+  # All launched at once: a node's start is seconds of CPU in the TCG guest.
+  for ((i = 0; i < n; i++)); do kv_cluster_node_launch "$i" --node_id "${KV_C_IDS[i]}" "$@"; done
+  for ((i = 0; i < n; i++)); do kv_cluster_node_wait "$i"; done
+  kv_wait_for 60 kv_cluster_serving "$n" ||
+    { kv_cluster_status >&2 || true; kv_fail "not $n nodes serving within 60 s of their start"; }
+  kv_node_use 0
+  kv_ok "cluster $KV_CLUSTER: etcd and $n nodes ($list) serving"
+}
+
+# The seeds for kvload --cluster: every node's endpoint.
+kv_cluster_seeds() {
+  local i s=()
+  for i in "${!KV_C_IDS[@]}"; do s+=("127.0.0.1:${KV_C_PORT[i]}"); done
+  (IFS=, && echo "${s[*]}")
+}
+
+# SIGTERM to node I's current process; exit within KV_STOP_TIMEOUT s.
+kv_cluster_node_stop() { # I
+  local pid
+  pid=$(kv_node_pid "$1")
+  kill -TERM "$pid" 2>/dev/null || true
+  kv_wait_for "$KV_STOP_TIMEOUT" kv_gone "$pid" ||
+    { kv_node_use "$1"; kv_fail "node ${KV_C_IDS[$1]} ($pid) did not exit within $KV_STOP_TIMEOUT s of SIGTERM"; }
+  local rc=0
+  wait "$pid" 2>/dev/null || rc=$? # 127: not our child (a live upgrade's new process)
+  ((rc == 0 || rc == 127)) || { kv_node_use "$1"; kv_fail "node ${KV_C_IDS[$1]} ($pid) exited $rc"; }
+  grep -aq "kvnode: exit 0 (pid $pid," "${KV_C_LOG[$1]}" ||
+    { kv_node_use "$1"; kv_fail "node ${KV_C_IDS[$1]} ($pid) did not log exit 0"; }
+  KV_C_PID[$1]=""
+  [[ $KV_CUR == "$1" ]] && KV_PID=""
+  return 0
+}
+
+# SIGKILL to node I's current process, reaped.
+kv_cluster_node_kill() { # I
+  local pid
+  pid=$(kv_node_pid "$1")
+  kill -KILL "$pid"
+  kv_wait_for 20 kv_gone "$pid" || kv_fail "node ${KV_C_IDS[$1]} ($pid) alive after SIGKILL"
+  wait "$pid" 2>/dev/null || true
+  KV_C_PID[$1]=""
+  [[ $KV_CUR == "$1" ]] && KV_PID=""
+  return 0
+}
+
+kv_cluster_stop() {
+  local i
+  [[ -n $KV_CUR ]] && KV_C_PID[KV_CUR]=$KV_PID
+  for i in "${!KV_C_IDS[@]}"; do
+    [[ -n ${KV_C_PID[i]:-} ]] && kv_cluster_node_stop "$i"
+  done
+  kv_etcd_stop
+  KV_PID=""
+  kv_ok "cluster stopped: every node exit 0, etcd stopped"
+}
+
+# Leftovers of a failed test: every node's process (by its pid file too: a
+# live upgrade's new process is nobody's child here), etcd, shm segments.
+kv_cluster_cleanup() {
+  local i p
+  for i in "${!KV_C_IDS[@]}"; do
+    for p in "${KV_C_PID[i]:-}" "$(cat "${KV_C_DIR[i]:-/nonexistent}/pid" 2>/dev/null)"; do
+      [[ -n $p ]] && kill -KILL "$p" 2>/dev/null || true
+    done
+    [[ -n ${KV_C_SHM[i]:-} ]] && rm -f "/dev/shm/${KV_C_SHM[i]}" "/dev/shm/${KV_C_SHM[i]}".*
+  done
+  [[ -n $KV_ETCD_PID ]] && kill -KILL "$KV_ETCD_PID" 2>/dev/null
+  return 0
+}
+
+# Node I's admin socket, stats and conditions (any node, not only KV_CUR).
+kv_node_admin() { "$KV_ADMIN_REQUEST" "${KV_C_DIR[$1]}/admin/admin.sock" "${*:2}"; } # I REQUEST
+kv_node_stat() { # I KEY
+  local a
+  a=$(kv_node_admin "$1" stats) || return 1
+  kv_json_num "$a" "${2##*.}"
+}
+kv_node_stat_is() { [[ $(kv_node_stat "$1" "$2") == "$3" ]]; }
+kv_node_stat_at_least() { local v; v=$(kv_node_stat "$1" "$2") && [[ -n $v && ${v%.*} -ge $3 ]]; }
+
+# Waits until every running node (or the nodes I...) has applied N more PUTs
+# than now: the load flows through each.
+kv_cluster_more_puts() { # N WHAT [I...]
+  local n=$1 what=$2 i from=()
+  shift 2
+  local nodes=("$@")
+  ((${#nodes[@]})) || nodes=("${!KV_C_IDS[@]}")
+  for i in "${nodes[@]}"; do from[i]=$(kv_node_stat "$i" ops_put || echo 0); done
+  for i in "${nodes[@]}"; do
+    kv_wait_for 90 kv_node_stat_at_least "$i" ops_put $((from[i] + n)) ||
+      kv_fail "node ${KV_C_IDS[i]}: not $n more PUTs within 90 s after $what"
+  done
+}
+
+# kvload --cluster over every node in the background: KV_LOAD_PID, its
+# output in KV_LOAD_LOG, its report in KV_LOAD_REPORT. Returns once every
+# node has applied PUTs from it.
+kv_cluster_load() { # NAME [kvload flags...]
+  local name=$1
+  shift
+  KV_LOAD_LOG="$KV_TEST_DIR/$name.log"
+  KV_LOAD_REPORT="$KV_TEST_DIR/$name.json"
+  "$KV_KVLOAD" --cluster "$(kv_cluster_seeds)" --auth_token_file "$KV_TOKEN" \
+    --threads "$(kv_load_threads)" --value_size 64 --duration 100000 --progress=false \
+    --connect_timeout_ms 5000 --report "$KV_LOAD_REPORT" "$@" >"$KV_LOAD_LOG" 2>&1 &
+  KV_LOAD_PID=$!
+  kv_cluster_more_puts 50 "kvload $name started"
+  kv_log "kvload $name (pid $KV_LOAD_PID) writes to every node"
+}
+
+# Stops the background kvload (SIGINT: it drains, writes its report and
+# history). strict: exit 0 required; lenient: 1 (failed operations) allowed.
+kv_cluster_load_stop() { # strict|lenient
+  kill -INT "$KV_LOAD_PID"
+  local rc=0
+  wait "$KV_LOAD_PID" || rc=$?
+  KV_LOAD_PID=""
+  if [[ $rc -ne 0 && ($1 == strict || $rc -ne 1) ]]; then
+    tail -n 30 "$KV_LOAD_LOG" >&2
+    kv_fail "kvload exited $rc"
+  fi
+  ! grep -a -- "--history:" "$KV_LOAD_LOG" >&2 || kv_fail "kvload's history was not all written"
+}
+
+# kvhistory on HISTORY (kvload --history): linearizable, and not vacuously:
+# every kind of answer in WANT (default PUT ok, GET ok, DELETE ok) is in it.
+KV_KVHISTORY=${KV_KVHISTORY:-$KV_BUILD/tools/kvhistory}
+kv_history_check() { # HISTORY [WANT...]
+  local h=$1 kinds want out rc=0
+  shift
+  local wants=("$@")
+  ((${#wants[@]})) || wants=("PUT ok" "GET ok" "DELETE ok")
+  kinds=$(awk -F'\t' 'NR > 1 && $6 != "failed" { k[$2 " " $6] = 1 }
+    END { for (x in k) print x }' "$h" | sort | tr '\n' ',')
+  for want in "${wants[@]}"; do
+    [[ $kinds == *"$want,"* ]] || kv_fail "no '$want' in the history $h ($kinds)"
+  done
+  out=$("$KV_KVHISTORY" "$h" 2>&1) || rc=$?
+  echo "$out" >&2
+  ((rc == 0)) || kv_fail "kvhistory exited $rc on $h (kept in $KV_TEST_DIR)"
+  kv_ok "$(($(wc -l <"$h") - 1)) operations in $h, linearizable"
+}
+
+# The map's ranges in etcd as FIRST:NODE,... (kvnode_key_owner --ranges).
+kv_cluster_ranges() {
+  local m
+  m=$(kv_etcdctl get "/kvnode/$KV_CLUSTER/map" --print-value-only) || return 1
+  grep -o '\[[0-9]*,"[^"]*"\]' <<<"$m" | tr -d '[]"' | tr ',' ':' | paste -sd,
+}
+
+# `kvctl cluster status --json` shows N nodes, each serving (and at
+# generation GEN when given); status 1 otherwise. The answer goes to
+# KV_STATUS_OUT.
+kv_cluster_status_is() { # N [GEN]
+  KV_STATUS_OUT=$(kv_cluster_status --json 2>&1) || return 1
+  python3 - "$KV_STATUS_OUT" "$@" <<'PY'
+import json, sys
+s = json.loads(sys.argv[1])
+n, gen = int(sys.argv[2]), (int(sys.argv[3]) if len(sys.argv) > 3 else None)
+nodes = s["nodes"]
+if isinstance(nodes, dict):
+    nodes = [dict(v, node_id=k) for k, v in nodes.items()]
+ok = len(nodes) == n and all(x.get("state") == "serving" for x in nodes)
+if gen is not None:
+    ok = ok and all(int(x.get("generation", 0)) == gen for x in nodes)
+sys.exit(0 if ok else 1)
+PY
+}

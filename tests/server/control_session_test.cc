@@ -260,5 +260,59 @@ TEST(TokensEqual, ComparesContentAndLength) {
   EXPECT_TRUE(TokensEqual("", ""));
 }
 
+// Drives a session to kReady with `welcome_features` in its Welcome.
+void ToReady(ControlSession& s, uint64_t hello_features, uint64_t welcome_features) {
+  Events ev;
+  proto::Hello h = GoodHello();
+  h.features = hello_features;
+  s.OnBytes(Frame(h), &ev);
+  EXPECT_EQ(s.hello_features(), hello_features);
+  proto::Welcome w = SomeWelcome();
+  w.features = welcome_features;
+  ASSERT_TRUE(s.SendWelcome(w).ok());
+  proto::ClientQp cq;
+  cq.qp.qpn = 5;
+  cq.qp.mtu = 3;
+  s.OnBytes(Frame(cq), &ev);
+  ASSERT_TRUE(s.SendReady().ok());
+  Sent(s);
+}
+
+TEST(ControlSession, ShardMapFeature) {
+  ControlSession s(ControlConfig{"token"});
+  ToReady(s, proto::kFeatureShardMap, proto::kFeatureShardMap);
+  EXPECT_TRUE(s.shard_map_feature());
+  Events ev;
+  s.OnBytes(Frame(proto::MapRequest{4}), &ev);
+  ASSERT_EQ(ev.size(), 1u);
+  auto* r = std::get_if<ControlSession::MapRequestEvent>(&ev[0]);
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(r->known_epoch, 4u);
+  absl::StatusOr<proto::ShardMap> map = proto::EvenSplit("c1", 16, {"a"});
+  ASSERT_TRUE(map.ok());
+  ASSERT_TRUE(s.SendShardMap(*map).ok());
+  auto sent = Sent(s);
+  ASSERT_EQ(sent.size(), 1u);
+  auto* m = std::get_if<proto::ShardMapMsg>(&sent[0]);
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(m->map, *map);
+}
+
+// Without the feature in the Welcome (a node outside a cluster, or a Hello
+// that did not ask) MapRequest is an unexpected message and no map is sent.
+TEST(ControlSession, MapRequestWithoutTheFeatureIsUnexpected) {
+  ControlSession s(ControlConfig{"token"});
+  ToReady(s, proto::kFeatureShardMap, 0);
+  EXPECT_FALSE(s.shard_map_feature());
+  absl::StatusOr<proto::ShardMap> map = proto::EvenSplit("c1", 16, {"a"});
+  ASSERT_TRUE(map.ok());
+  EXPECT_FALSE(s.SendShardMap(*map).ok());
+  Events ev;
+  s.OnBytes(Frame(proto::MapRequest{0}), &ev);
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_TRUE(std::holds_alternative<ControlSession::ClosedEvent>(ev[0]));
+  EXPECT_EQ(ErrorSent(s), proto::ErrorCode::kUnexpectedMessage);
+}
+
 }  // namespace
 }  // namespace kvnode::server

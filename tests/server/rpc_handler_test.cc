@@ -64,6 +64,9 @@ class RpcHandlerTest : public ::testing::Test {
   Reply Send(const std::string& bytes) {
     std::vector<uint8_t> resp(proto::kMaxRpcMessageSize);
     RpcContext ctx{kClient, &window_, &backend_, paused_, &metrics_};
+    ctx.sharded = sharded_;
+    ctx.shard = shard_.get();
+    ctx.shard_map_feature = shard_map_feature_;
     RpcResult r = HandleRpc(proto::AsBytes(bytes), ctx, resp);
     EXPECT_GT(r.response_size, 0u);
     auto d = proto::DecodeResponse(std::span<const uint8_t>(resp.data(), r.response_size));
@@ -86,6 +89,9 @@ class RpcHandlerTest : public ::testing::Test {
   DedupeWindow window_{1024};
   Metrics metrics_;
   bool paused_ = false;
+  bool sharded_ = false;
+  std::shared_ptr<const ShardView> shard_;
+  bool shard_map_feature_ = true;
 };
 
 TEST_F(RpcHandlerTest, PutGetDeletePing) {
@@ -230,6 +236,86 @@ TEST_F(RpcHandlerTest, WriteOlderThanTheWindowIsRefusedNotReapplied) {
   EXPECT_EQ(r.status, RpcStatus::kRejected);
   EXPECT_EQ(backend_.puts, puts);
   EXPECT_EQ(Errors(ErrorKind::kRpcTooOld), 1u);
+}
+
+// A key of each kind for node "a" of a two-node map.
+struct ShardKeys {
+  std::string ours;
+  std::string theirs;
+};
+ShardKeys KeysFor(const ShardView& v) {
+  ShardKeys k;
+  for (int i = 0; k.ours.empty() || k.theirs.empty(); ++i) {
+    const std::string key = "key-" + std::to_string(i);
+    (v.OwnsKey(key) ? k.ours : k.theirs) = key;
+  }
+  return k;
+}
+
+std::shared_ptr<const ShardView> TwoNodeView(uint64_t epoch) {
+  absl::StatusOr<proto::ShardMap> m = proto::EvenSplit("c1", 4096, {"a", "b"});
+  EXPECT_TRUE(m.ok());
+  m->epoch = epoch;
+  return ShardView::ForNode(*m, "a");
+}
+
+TEST_F(RpcHandlerTest, ForeignSlotIsWrongShardWithTheEpochAndNothingApplied) {
+  sharded_ = true;
+  shard_ = TwoNodeView(9);
+  const ShardKeys k = KeysFor(*shard_);
+  for (Opcode op : {Opcode::kPut, Opcode::kDelete, Opcode::kGet}) {
+    Reply r = Send(Req(op, 40, k.theirs, op == Opcode::kPut ? "v" : ""));
+    EXPECT_EQ(r.status, RpcStatus::kWrongShard) << proto::OpcodeName(op);
+    EXPECT_EQ(r.version, 9u);
+    EXPECT_EQ(r.sequence, 40u);
+    EXPECT_EQ(r.opcode, op);
+  }
+  EXPECT_EQ(backend_.writes, 0);
+  // Not remembered: the same sequence for an owned key is applied.
+  EXPECT_EQ(window_.Find(40), nullptr);
+  EXPECT_EQ(Send(Req(Opcode::kPut, 40, k.ours, "v")).status, RpcStatus::kOk);
+  EXPECT_EQ(backend_.puts, 1);
+  EXPECT_EQ(Send(Req(Opcode::kGet, 41, k.ours)).value, "v");
+  EXPECT_EQ(Send(Req(Opcode::kPing, 42, "")).status, RpcStatus::kOk);
+  EXPECT_EQ(metrics_.Snapshot().of(Counter::kRpcWrongShard), 3u);
+}
+
+// The shard check comes before the dedupe window: a write remembered here
+// whose slot moved away is rerouted, not answered from the window.
+TEST_F(RpcHandlerTest, ForeignSlotWinsOverTheDedupeWindow) {
+  shard_ = TwoNodeView(1);
+  const ShardKeys k = KeysFor(*shard_);
+  EXPECT_EQ(Send(Req(Opcode::kPut, 50, k.theirs, "v")).status, RpcStatus::kOk);
+  sharded_ = true;
+  EXPECT_EQ(Send(Req(Opcode::kPut, 50, k.theirs, "v")).status, RpcStatus::kWrongShard);
+  EXPECT_EQ(metrics_.Snapshot().of(Counter::kDedupeHits), 0u);
+}
+
+TEST_F(RpcHandlerTest, NoMapYetIsWrongShardEpochZero) {
+  sharded_ = true;
+  Reply r = Send(Req(Opcode::kPut, 60, "k", "v"));
+  EXPECT_EQ(r.status, RpcStatus::kWrongShard);
+  EXPECT_EQ(r.version, 0u);
+  shard_map_feature_ = false;
+  r = Send(Req(Opcode::kGet, 61, "k"));
+  EXPECT_EQ(r.status, RpcStatus::kRejected);
+  EXPECT_NE(r.value.find("no shard map"), std::string::npos) << r.value;
+  EXPECT_EQ(backend_.writes, 0);
+}
+
+TEST_F(RpcHandlerTest, ForeignSlotToAPlainSessionIsRejectedNamingSlotAndOwner) {
+  sharded_ = true;
+  shard_map_feature_ = false;
+  shard_ = TwoNodeView(3);
+  const ShardKeys k = KeysFor(*shard_);
+  Reply r = Send(Req(Opcode::kPut, 70, k.theirs, "v"));
+  EXPECT_EQ(r.status, RpcStatus::kRejected);
+  const std::string slot = std::to_string(proto::SlotOf(k.theirs, 4096));
+  EXPECT_NE(r.value.find("slot " + slot), std::string::npos) << r.value;
+  EXPECT_NE(r.value.find("node 'b'"), std::string::npos) << r.value;
+  EXPECT_EQ(backend_.writes, 0);
+  EXPECT_EQ(window_.Find(70), nullptr);
+  EXPECT_EQ(metrics_.Snapshot().of(Counter::kRpcWrongShard), 1u);
 }
 
 }  // namespace

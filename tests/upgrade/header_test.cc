@@ -63,7 +63,7 @@ TEST(HandoffHeader, EveryCompatFieldExplained) {
       {"sizeof_arena_header", [](HandoffHeader& h) { h.sizeof_arena_header = 240; }, "232", "240"},
       {"sizeof_limbo_entry", [](HandoffHeader& h) { h.sizeof_limbo_entry = 40; }, "32", "40"},
       {"required_capabilities",
-       [](HandoffHeader& h) { h.required_capabilities |= uint64_t{1} << 40; }, "a subset of 0x7",
+       [](HandoffHeader& h) { h.required_capabilities |= uint64_t{1} << 40; }, "a subset of 0xf",
        "0x10000000003 (missing 0x10000000000)"},
       {"o_pid", [](HandoffHeader& h) { h.o_pid = 1; }, std::to_string(getpid()), "1"},
       {"arena_shm_name", [](HandoffHeader& h) { h.arena_shm_name = "other"; }, "kvnode-test",
@@ -89,6 +89,25 @@ TEST(HandoffHeader, EveryCompatFieldExplained) {
   HandoffHeader h = Sample();
   h.o_pid = 1;
   EXPECT_TRUE(CheckCompatibility(h, Mine(), {}).empty());
+}
+
+// kCapClusterLease: a cluster member's O requires it, so that a build
+// without it (as N) refuses before anything is disturbed instead of dropping
+// the lease; a single node's O does not, and such a build takes over as
+// before.
+TEST(HandoffHeader, ClusterLeaseRequiredOnlyOfClusterMembers) {
+  Compat before_lease = Mine();
+  before_lease.supported_capabilities = kCapSessionTable | kCapCounters | kCapMrImport;
+  HandoffHeader single = Sample();
+  EXPECT_TRUE(CheckCompatibility(single, before_lease, {}).empty());
+  HandoffHeader member = Sample();
+  member.capabilities |= kCapClusterLease;
+  member.required_capabilities |= kCapClusterLease;
+  const std::vector<Mismatch> m = CheckCompatibility(member, before_lease, {});
+  ASSERT_EQ(m.size(), 1u);
+  EXPECT_EQ(m[0].ToString(),
+            "required_capabilities: expected a subset of 0x7, found 0xb (missing 0x8)");
+  EXPECT_TRUE(CheckCompatibility(member, Mine(), {}).empty());
 }
 
 TEST(HandoffHeader, DecodeRefusesDamage) {

@@ -169,6 +169,55 @@ TEST(HandoffMessages, DecoderRefusesDuplicatesAndLies) {
   EXPECT_FALSE(DecodeCounters(AsBytes(many)).ok());
 }
 
+// kCapClusterLease: a HandOver without a lease is the bytes builds without
+// the capability send and read; with one, a flag in the n_fds byte and the
+// lease after the client ids, which a build without the capability refuses
+// (it never gets one: O requires the capability in the header first).
+TEST(HandoffMessages, ClusterLeaseIsAFlaggedTail) {
+  HandOver plain{8, {FdRole::kListenTcp, FdRole::kAdminSocket}, {}, {}, 2, 9, {4, 5}};
+  HandOver leased = plain;
+  leased.cluster_lease = 0x694d8a1b2c3d4e5fLL;
+  const std::string p = Frame(plain);
+  const std::string l = Frame(leased);
+  const size_t n_fds = kHandoffFrameHeaderSize + 8;
+  // The layout of handoff 4 before the capability: u8 n_fds = 2, no tail.
+  EXPECT_EQ(p[n_fds], '\x02');
+  EXPECT_EQ(p.size(), kHandoffFrameHeaderSize + 8 + 1 + 2 + 4 + 8 + 12 + 4 + 4 + 16);
+  ASSERT_EQ(l.size(), p.size() + 8);
+  EXPECT_EQ(static_cast<uint8_t>(l[n_fds]), 0x82);
+  std::string untagged = l.substr(kHandoffFrameHeaderSize, l.size() - kHandoffFrameHeaderSize - 8);
+  untagged[8] = '\x02';
+  EXPECT_EQ(untagged, p.substr(kHandoffFrameHeaderSize)) << "only the flag and the tail differ";
+  absl::StatusOr<HandoffMessage> d = DecodeHandoff(AsBytes(l));
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(std::get<HandOver>(*d).cluster_lease, leased.cluster_lease);
+
+  // The flag without the lease behind it, the lease without the flag.
+  std::string bad = l.substr(kHandoffFrameHeaderSize);
+  EXPECT_TRUE(
+      absl::IsDataLoss(DecodeHandoff(AsBytes(Reframe(l, bad.substr(0, bad.size() - 8)))).status()));
+  bad[8] = '\x02';
+  EXPECT_TRUE(absl::IsDataLoss(DecodeHandoff(AsBytes(Reframe(l, bad))).status()));
+  // A lease of 0 or less behind the flag, unknown flags.
+  bad = l.substr(kHandoffFrameHeaderSize);
+  bad.replace(bad.size() - 8, 8, std::string(8, '\0'));
+  d = DecodeHandoff(AsBytes(Reframe(l, bad)));
+  EXPECT_TRUE(absl::IsInvalidArgument(d.status())) << d.status();
+  bad.replace(bad.size() - 8, 8, std::string(8, '\xff'));
+  d = DecodeHandoff(AsBytes(Reframe(l, bad)));
+  EXPECT_TRUE(absl::IsInvalidArgument(d.status())) << d.status();
+  bad = p.substr(kHandoffFrameHeaderSize);
+  bad[8] = '\x42';
+  d = DecodeHandoff(AsBytes(Reframe(p, bad)));
+  EXPECT_TRUE(absl::IsInvalidArgument(d.status())) << d.status();
+  EXPECT_NE(d.status().message().find("unknown flags"), std::string_view::npos) << d.status();
+
+  std::string f;
+  leased.cluster_lease = -1;
+  EXPECT_TRUE(absl::IsInvalidArgument(EncodeHandoff(leased, &f)));
+  EXPECT_TRUE(f.empty());
+}
+
 TEST(HandoffMessages, PlainStructCodecsRoundTrip) {
   const SessionTable t = SampleSessions(5, 1024);
   std::string b;

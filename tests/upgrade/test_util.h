@@ -47,6 +47,8 @@ inline std::vector<HandoffMessage> AllSampleMessages() {
                5,
                0x0102030405060708ULL,
                {3, 0x9e3779b97f4a7c15ULL, 1}},
+      // A cluster member's (kCapClusterLease).
+      HandOver{8, {FdRole::kListenTcp}, {}, {}, 0, 9, {4}, 0x694d8a1b2c3d4e5fLL},
       Owned{8, 4242},
       Gone{7, 1, CounterSnapshot{{{"ops_put", 3}}}},
       Abort{static_cast<uint32_t>(AbortCode::kIncompatible),

@@ -286,7 +286,17 @@ absl::Status CheckClientIds(const std::vector<uint64_t>& ids) {
   return absl::OkStatus();
 }
 
+// HandOver's n_fds byte: the count in its low 4 bits, flags in its high 4.
+// A HandOver without a flag is byte for byte what builds before the flags
+// sent; only a peer that accepted the flag's capability gets it set.
+constexpr uint8_t kHandOverCountMask = 0x0f;
+constexpr uint8_t kHandOverHasLease = 0x80;  // kCapClusterLease: i64 cluster_lease at the end
+
 absl::Status Put(StringWriter& w, const HandOver& m) {
+  if (m.cluster_lease < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("handoff: HandOver.cluster_lease ", m.cluster_lease, " is negative"));
+  }
   if (m.fd_roles.size() > kMaxHandoffFds) {
     return TooLong("HandOver.fd_roles", m.fd_roles.size(), kMaxHandoffFds);
   }
@@ -299,7 +309,7 @@ absl::Status Put(StringWriter& w, const HandOver& m) {
   }
   if (absl::Status s = CheckClientIds(m.client_ids); !s.ok()) return s;
   w.U64(m.generation);
-  w.U8(static_cast<uint8_t>(m.fd_roles.size()));
+  w.U8(static_cast<uint8_t>(m.fd_roles.size()) | (m.cluster_lease != 0 ? kHandOverHasLease : 0));
   for (FdRole role : m.fd_roles) w.U8(static_cast<uint8_t>(role));
   w.U32(m.session_chunks);
   w.U64(m.last_version);
@@ -307,6 +317,7 @@ absl::Status Put(StringWriter& w, const HandOver& m) {
   if (absl::Status s = PutCounters(w, m.counters); !s.ok()) return s;
   w.U32(static_cast<uint32_t>(m.client_ids.size()));
   for (uint64_t id : m.client_ids) w.U64(id);
+  if (m.cluster_lease != 0) w.U64(static_cast<uint64_t>(m.cluster_lease));
   return absl::OkStatus();
 }
 
@@ -372,6 +383,12 @@ absl::StatusOr<HandoffMessage> GetHandOver(Reader& r) {
   HandOver m;
   uint8_t n = 0;
   if (!r.U64(&m.generation) || !r.U8(&n)) return Truncated("HandOver");
+  const uint8_t flags = n & ~kHandOverCountMask;
+  n &= kHandOverCountMask;
+  if ((flags & ~kHandOverHasLease) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("handoff: HandOver has unknown flags ", static_cast<int>(flags)));
+  }
   if (n > kMaxHandoffFds) return TooLong("HandOver.fd_roles", n, kMaxHandoffFds);
   std::vector<bool> seen(256, false);
   for (uint8_t i = 0; i < n; ++i) {
@@ -397,6 +414,15 @@ absl::StatusOr<HandoffMessage> GetHandOver(Reader& r) {
   m.client_ids.resize(n_ids);
   for (uint64_t& id : m.client_ids) (void)r.U64(&id);  // the size was checked above
   if (absl::Status s = CheckClientIds(m.client_ids); !s.ok()) return s;
+  if ((flags & kHandOverHasLease) != 0) {
+    uint64_t lease = 0;
+    if (!r.U64(&lease)) return Truncated("HandOver.cluster_lease");
+    m.cluster_lease = static_cast<int64_t>(lease);
+    if (m.cluster_lease <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("handoff: HandOver.cluster_lease ", m.cluster_lease, " is not positive"));
+    }
+  }
   return m;
 }
 

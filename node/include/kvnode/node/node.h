@@ -51,6 +51,40 @@
 
 namespace kvnode::upgrade {
 
+// A cluster member's part in its live upgrades and shutdown (implemented by
+// the node's cluster agent, node/src/cluster_agent.h). The member key's lease
+// passes from O to N in HandOver, so that the key is never deleted across an
+// upgrade (docs/upgrade.md, "The cluster lease"). None of these blocks on
+// etcd.
+//
+// Thread safety: any thread (the upgrade thread, the watchdog, the control
+// thread).
+class ClusterMember {
+ public:
+  virtual ~ClusterMember() = default;
+  // O: an upgrade starts (member state "upgrading").
+  virtual void UpgradeStarted() = 0;
+  // O, right before it sends HandOver: stops renewing the member's lease and
+  // returns its id for HandOver.cluster_lease (0: not registered). From here
+  // O writes nothing to etcd or to the persisted map unless it rolls back.
+  virtual int64_t HandOffLease() = 0;
+  // O: the upgrade rolled back: renews the lease again if it was handed off
+  // (a new one if it expired), state "serving".
+  virtual void UpgradeRolledBack() = 0;
+  // N, at HandOver (or when O died before it): starts the etcd session with
+  // O's `lease` (0: a new one), still describing O (`old_generation`,
+  // `old_pid`, `old_build`), state "upgrading", at `endpoint`.
+  virtual void TakeOverStarted(int64_t lease, uint64_t old_generation, int64_t old_pid,
+                               const std::string& old_build, const std::string& endpoint) = 0;
+  // N, Owned sent: the member key names this process and `generation`.
+  virtual void TookOver(uint64_t generation) = 0;
+  // N: the old process is gone: state "serving".
+  virtual void UpgradeFinished() = 0;
+  // SIGTERM/SIGINT is stopping the node: state "draining" (nothing once the
+  // lease was handed off).
+  virtual void ShutdownStarted() = 0;
+};
+
 // Deadlines and identity of a node's upgrades (docs/upgrade.md section 5).
 struct NodeUpgradeOptions {
   // Binary the next upgrade execs (ResolveStartBinary(argv[0]) or
@@ -65,6 +99,10 @@ struct NodeUpgradeOptions {
   std::string build_id = "";
   // The arena's shm name (the handoff header is "/<name>.handoff"). Default "".
   std::string shm_name = "";
+  // The node's cluster membership (not owned; outlives the OldSide and
+  // NewSideTail). Default null: not a cluster member, HandOver carries no
+  // lease and kCapClusterLease is not required of N.
+  ClusterMember* cluster = nullptr;
 
   absl::Duration exec_deadline = absl::Seconds(10);       // default 10 s
   absl::Duration hello_deadline = absl::Seconds(30);      // default 30 s
@@ -221,6 +259,9 @@ class OldSide {
   void Watchdog(std::shared_ptr<Attempt> a);
   // SIGTERM/SIGINT on the control thread (Server::SetShutdownHook).
   bool OnShutdownSignal();
+  // OnShutdownSignal's answer when no upgrade defers the shutdown: false,
+  // the cluster member told first.
+  bool ShutdownNow();
   // Joins the threads of a finished attempt; detaches an abandoned (stuck)
   // upgrade thread instead.
   void ReapThreads();
@@ -272,6 +313,7 @@ class NewSideTail {
 
   server::Server* server_ = nullptr;
   UpgradeMetrics* metrics_ = nullptr;
+  ClusterMember* cluster_ = nullptr;
   std::optional<HandoffChannel> channel_;
   std::optional<Process> old_;
   std::string header_name_;

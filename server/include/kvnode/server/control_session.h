@@ -16,6 +16,9 @@
 //     KeepaliveAck is accepted silently; both count as liveness to the owner
 //     (every OnBytes does).
 //  3. Once kClosed, further input is ignored.
+//  4. MapRequest is valid only in kReady of a session whose Welcome carried
+//     kFeatureShardMap (anywhere else it is an unexpected message); the node
+//     sends ShardMap frames only to such a session.
 //
 // Thread safety: none; owned by the control thread.
 #ifndef KVNODE_SERVER_CONTROL_SESSION_H_
@@ -62,6 +65,9 @@ class ControlSession {
   struct MoveAckEvent {
     uint64_t new_generation = 0;
   };
+  struct MapRequestEvent {
+    uint64_t known_epoch = 0;
+  };
   struct ClosedEvent {
     // Why the session ended; error is set when it was an error (counted by
     // the owner), nullopt for an orderly Goodbye from the client.
@@ -71,7 +77,7 @@ class ControlSession {
     // record may go with the session.
     bool client_done = false;
   };
-  using Event = std::variant<HelloEvent, ClientQpEvent, MoveAckEvent, ClosedEvent>;
+  using Event = std::variant<HelloEvent, ClientQpEvent, MoveAckEvent, MapRequestEvent, ClosedEvent>;
 
   explicit ControlSession(ControlConfig config) : config_(std::move(config)) {}
 
@@ -94,6 +100,8 @@ class ControlSession {
   // kReady: queue frames (no state change).
   absl::Status SendKeepalive(uint64_t nonce);
   absl::Status SendMove(const proto::Move& m);
+  // kReady and shard_map_feature(): queue a ShardMap frame.
+  absl::Status SendShardMap(const proto::ShardMap& map);
 
   SessionState state() const { return state_; }
   bool closed() const { return state_ == SessionState::kClosed; }
@@ -102,6 +110,10 @@ class ControlSession {
   // The id the client asked for in Hello (0 = new), once Hello was accepted.
   uint64_t requested_client_id() const { return requested_client_id_; }
   const std::string& client_name() const { return client_name_; }
+  // Hello.features, once Hello was accepted.
+  uint64_t hello_features() const { return hello_features_; }
+  // The Welcome sent carried kFeatureShardMap (it is the AND of both sides).
+  bool shard_map_feature() const { return (features_ & proto::kFeatureShardMap) != 0; }
 
  private:
   void Handle(proto::ControlMessage m, std::vector<Event>* events);
@@ -115,6 +127,8 @@ class ControlSession {
   std::string out_;
   uint64_t requested_client_id_ = 0;
   std::string client_name_;
+  uint64_t hello_features_ = 0;
+  uint64_t features_ = 0;  // Welcome.features as sent
 };
 
 // Constant-time comparison of two tokens (length leaks, content does not).

@@ -32,6 +32,7 @@ enum class Counter : int {
   kDedupeHits,           // retried writes answered from the dedupe window
   kUpgrades,             // completed live upgrades (the upgrade module bumps it)
   kRollbacks,            // failed upgrades rolled back
+  kRpcWrongShard,        // GET/PUT/DELETE of a slot this node does not serve
   kCount,                // not a counter
 };
 

@@ -7,11 +7,13 @@
 #define KVNODE_SERVER_OPTIONS_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "kvnode/server/shard_gate.h"
 
 namespace kvnode::server {
 
@@ -132,6 +134,14 @@ struct ServerOptions {
   uint64_t generation = 1;
   // Free-form build identification shown in stats. Default: set by main().
   std::string build_id = "";
+  // Cluster membership (no flag: node/ sets it for --cluster). Default null:
+  // a single node, serving every key, behaving exactly as without clusters.
+  // Set: the node serves only the slots of the gate's current view (others
+  // are answered WRONG_SHARD, or REJECTED to a session without
+  // kFeatureShardMap; everything while no map is published), and pushes each
+  // published map to the control sessions that negotiated kFeatureShardMap
+  // (docs/protocol.md, "Shard map").
+  std::shared_ptr<ShardGate> shard_gate;
 
   [[nodiscard]] absl::Status Validate() const;
 };

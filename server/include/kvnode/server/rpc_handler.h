@@ -19,6 +19,7 @@
 #include "kvnode/proto/rpc.h"
 #include "kvnode/server/dedupe.h"
 #include "kvnode/server/metrics.h"
+#include "kvnode/server/shard_gate.h"
 
 namespace kvnode::storage {
 class Store;
@@ -106,6 +107,15 @@ struct RpcContext {
   bool writes_paused = false;            // PUT/DELETE answered BUSY (unless deduped)
   Metrics* metrics = nullptr;            // may be null
   const ResumeSecret* secret = nullptr;  // the client's resume secret (WriteTag)
+  // Cluster membership (ServerOptions::shard_gate set). A GET, PUT or DELETE
+  // of a key whose slot `shard` does not own, or any with no `shard` (no map
+  // yet), is answered WRONG_SHARD with shard's epoch (0 without) to a session
+  // with `shard_map_feature`, REJECTED naming the slot and its owner to
+  // another, before the dedupe window is consulted: nothing is applied or
+  // remembered, so a retry routed to the right node is applied there.
+  bool sharded = false;
+  const ShardView* shard = nullptr;
+  bool shard_map_feature = false;
 };
 
 struct RpcResult {

@@ -43,7 +43,12 @@ inline constexpr size_t kMaxShmNameSize = 200;  // leaves room for ".handoff" in
 inline constexpr uint64_t kCapSessionTable = uint64_t{1} << 0;  // HandOver carries sessions
 inline constexpr uint64_t kCapCounters = uint64_t{1} << 1;      // HandOver/Gone carry counters
 inline constexpr uint64_t kCapMrImport = uint64_t{1} << 2;  // O can share its PD/MR (ibv_import_*)
-inline constexpr uint64_t kKnownCapabilities = kCapSessionTable | kCapCounters | kCapMrImport;
+// HandOver may carry the etcd lease of a cluster member's key (N renews it
+// from then on). O requires it only when it is a cluster member, so that a
+// single node still upgrades to and from builds without it.
+inline constexpr uint64_t kCapClusterLease = uint64_t{1} << 3;
+inline constexpr uint64_t kKnownCapabilities =
+    kCapSessionTable | kCapCounters | kCapMrImport | kCapClusterLease;
 
 // What this binary is, as far as a handoff is concerned. The server fills the
 // arena fields from kvnode::storage (kLayoutVersion, sizeof(ArenaHeader),

@@ -163,6 +163,10 @@ struct HandOver {
   uint32_t session_chunks = 0;            // <= kMaxSessionChunks
   uint64_t last_version = 0;              // version of O's last write: N's writes go on from it
   std::vector<uint64_t> client_ids = {};  // <= kMaxHandOverClientIds, unique, none 0
+  // kCapClusterLease: the etcd lease of the node's member key, which O no
+  // longer renews (N does from now on); >= 0, 0 = none. A HandOver without
+  // one is encoded exactly as before the capability existed.
+  int64_t cluster_lease = 0;
   friend bool operator==(const HandOver&, const HandOver&) = default;
 };
 

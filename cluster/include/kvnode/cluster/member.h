@@ -1,0 +1,65 @@
+// A cluster member as stored at MemberKey(cluster, node_id), attached to the
+// node's lease, and the assembly of the clients' map from the stored map and
+// the live members.
+//
+//   {"node_id":"a","endpoint":"10.0.0.1:7000","generation":3,
+//    "build_id":"v0.1-12-gabc","version":"0.1.0","state":"serving",
+//    "pid":1234,"instance":"<32 hex digits>"}
+//
+// Thread safety: pure values and functions.
+#ifndef KVNODE_CLUSTER_MEMBER_H_
+#define KVNODE_CLUSTER_MEMBER_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kvnode/proto/shard_map.h"
+
+namespace kvnode::cluster {
+
+// A member value larger than this is refused before parsing.
+inline constexpr size_t kMaxMemberJsonSize = 16 << 10;
+// Longest endpoint, build id and version string accepted.
+inline constexpr size_t kMaxMemberFieldSize = 256;
+
+enum class MemberState { kStarting, kServing, kDraining, kUpgrading };
+
+// "starting", "serving", "draining", "upgrading".
+std::string_view MemberStateName(MemberState state);
+std::optional<MemberState> ParseMemberState(std::string_view name);
+
+struct Member {
+  std::string node_id;      // proto::CheckName rules
+  std::string endpoint;     // control endpoint clients connect to, host:port
+  uint64_t generation = 0;  // upgrade generation of the serving process
+  std::string build_id;     // `git describe` of the binary
+  std::string version;      // project version of the binary
+  MemberState state = MemberState::kStarting;
+  int64_t pid = 0;
+  std::string instance;  // identity.h: the database's random instance id
+  friend bool operator==(const Member&, const Member&) = default;
+};
+
+std::string EncodeMemberJson(const Member& member);
+
+// Parses a member value read at `key` (named in every error, with what is
+// wrong: not JSON, a field missing or of the wrong type, a bad node id or
+// state, a field too long). When `expected_node_id` is not empty the value's
+// node_id must equal it (the key's last component).
+absl::StatusOr<Member> DecodeMemberJson(std::string_view json, std::string_view key,
+                                        std::string_view expected_node_id);
+
+// The clients' map: `stored` (a valid map from DecodeMapJson) with each node's
+// endpoint and generation taken from its live member and alive set when it
+// has one. Members not in the map are ignored; nodes without a member keep an
+// empty endpoint, generation 0 and alive false.
+proto::ShardMap Assemble(const proto::ShardMap& stored, const std::vector<Member>& live);
+
+}  // namespace kvnode::cluster
+
+#endif  // KVNODE_CLUSTER_MEMBER_H_

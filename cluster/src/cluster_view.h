@@ -1,0 +1,60 @@
+// What a node knows of its cluster from the watch on /kvnode/<cluster>/: the
+// last good stored map, the live members, and the assembled map made of
+// them. Private to cluster/ (node_session.cc).
+//
+// Invariants:
+//  1. map() is only ever a map DecodeMapJson accepted; a value that does not
+//     decode leaves the previous one in place and sets map_error().
+//  2. A member value that does not decode counts as no member (its node is
+//     not alive) and sets member_error() until the key changes again.
+//
+// Thread safety: none; owned by the watch thread.
+#ifndef KVNODE_CLUSTER_SRC_CLUSTER_VIEW_H_
+#define KVNODE_CLUSTER_SRC_CLUSTER_VIEW_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "kvnode/cluster/etcd_client.h"
+#include "kvnode/cluster/member.h"
+#include "kvnode/proto/shard_map.h"
+
+namespace kvnode::cluster {
+
+class ClusterView {
+ public:
+  explicit ClusterView(std::string cluster);
+
+  // Applies a watch update; the assembled map when it differs from the last
+  // one returned (nullopt: unchanged or no valid map yet).
+  std::optional<proto::ShardMap> Apply(const WatchUpdate& update);
+
+  const std::optional<proto::ShardMap>& map() const { return map_; }
+  const Member* member(const std::string& node_id) const;
+  int64_t revision() const { return revision_; }
+  // The stored map's problem ("" when the last value decoded).
+  const std::string& map_error() const { return map_error_; }
+  int64_t map_errors() const { return map_errors_; }
+  // The last malformed member value's problem ("" when none is malformed).
+  std::string member_error() const;
+
+ private:
+  void ApplyKv(const KeyValue& kv, bool deleted);
+  void ApplyMap(const KeyValue& kv, bool deleted);
+
+  const std::string cluster_;
+  const std::string map_key_;
+  std::optional<proto::ShardMap> map_;
+  std::map<std::string, Member> members_;
+  std::map<std::string, std::string> bad_members_;  // key -> why
+  std::optional<proto::ShardMap> assembled_;
+  int64_t revision_ = 0;
+  std::string map_error_;
+  int64_t map_errors_ = 0;
+};
+
+}  // namespace kvnode::cluster
+
+#endif  // KVNODE_CLUSTER_SRC_CLUSTER_VIEW_H_

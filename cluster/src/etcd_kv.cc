@@ -1,0 +1,159 @@
+// GrpcEtcdClient's key-value calls: Range, Put, DeleteRange, Txn, Compact.
+#include "absl/strings/str_cat.h"
+#include "etcd_impl.h"
+#include "kvnode/base/errno.h"
+#include "kvnode/cluster/keys.h"
+
+namespace kvnode::cluster {
+
+using base::Av;
+
+absl::StatusOr<etcdserverpb::RangeResponse> GrpcEtcdClient::Range(
+    const etcdserverpb::RangeRequest& req, std::string_view key) {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  etcdserverpb::RangeResponse resp;
+  auto s = FromGrpc(conn().kv->Range(&ctx, req, &resp), "Get", key);
+  if (!s.ok()) {
+    Failed(s);
+    return s;
+  }
+  return resp;
+}
+
+absl::StatusOr<std::optional<KeyValue>> GrpcEtcdClient::Get(std::string_view key,
+                                                            int64_t* revision) {
+  etcdserverpb::RangeRequest req;
+  req.set_key(std::string(key));
+  auto resp = Range(req, key);
+  if (!resp.ok()) return resp.status();
+  if (revision != nullptr) *revision = resp->header().revision();
+  if (resp->kvs_size() == 0) return std::nullopt;
+  auto kv = FromProto(resp->kvs(0), options().max_value_size);
+  if (!kv.ok()) return kv.status();
+  return *kv;
+}
+
+absl::StatusOr<RangeResult> GrpcEtcdClient::GetPrefix(std::string_view prefix) {
+  etcdserverpb::RangeRequest req;
+  req.set_key(std::string(prefix));
+  req.set_range_end(PrefixRangeEnd(prefix));
+  auto resp = Range(req, prefix);
+  if (!resp.ok()) return resp.status();
+  RangeResult out;
+  out.revision = resp->header().revision();
+  for (const auto& kv : resp->kvs()) {
+    auto one = FromProto(kv, options().max_value_size);
+    if (!one.ok()) return one.status();
+    out.kvs.push_back(std::move(*one));
+  }
+  return out;
+}
+
+absl::StatusOr<int64_t> GrpcEtcdClient::Put(std::string_view key, std::string_view value,
+                                            int64_t lease) {
+  etcdserverpb::PutRequest req;
+  req.set_key(std::string(key));
+  req.set_value(std::string(value));
+  req.set_lease(lease);
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  etcdserverpb::PutResponse resp;
+  auto s = FromGrpc(conn().kv->Put(&ctx, req, &resp), "Put", key);
+  if (!s.ok()) {
+    Failed(s);
+    return s;
+  }
+  return resp.header().revision();
+}
+
+absl::StatusOr<int64_t> GrpcEtcdClient::Delete(std::string_view key) {
+  etcdserverpb::DeleteRangeRequest req;
+  req.set_key(std::string(key));
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  etcdserverpb::DeleteRangeResponse resp;
+  auto s = FromGrpc(conn().kv->DeleteRange(&ctx, req, &resp), "Delete", key);
+  if (!s.ok()) {
+    Failed(s);
+    return s;
+  }
+  return resp.deleted();
+}
+
+absl::StatusOr<CasResult> GrpcEtcdClient::PutIfModRevision(std::string_view key,
+                                                           std::string_view value,
+                                                           int64_t expected_mod_revision,
+                                                           int64_t lease) {
+  etcdserverpb::Compare cmp;
+  cmp.set_target(etcdserverpb::Compare::MOD);
+  cmp.set_mod_revision(expected_mod_revision);
+  return PutIf(key, value, std::move(cmp), lease);
+}
+
+absl::StatusOr<CasResult> GrpcEtcdClient::PutIfCreateRevision(std::string_view key,
+                                                              std::string_view value,
+                                                              int64_t expected_create_revision,
+                                                              int64_t lease) {
+  etcdserverpb::Compare cmp;
+  cmp.set_target(etcdserverpb::Compare::CREATE);
+  cmp.set_create_revision(expected_create_revision);
+  return PutIf(key, value, std::move(cmp), lease);
+}
+
+// Txn { if <compare> then put(key, value, lease) else get(key) }. A missing
+// key compares as revision 0 (etcd compares it as an empty KeyValue).
+absl::StatusOr<CasResult> GrpcEtcdClient::PutIf(std::string_view key, std::string_view value,
+                                                etcdserverpb::Compare compare, int64_t lease) {
+  etcdserverpb::TxnRequest req;
+  compare.set_result(etcdserverpb::Compare::EQUAL);
+  compare.set_key(std::string(key));
+  *req.add_compare() = std::move(compare);
+  auto* put = req.add_success()->mutable_request_put();
+  put->set_key(std::string(key));
+  put->set_value(std::string(value));
+  put->set_lease(lease);
+  req.add_failure()->mutable_request_range()->set_key(std::string(key));
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  etcdserverpb::TxnResponse resp;
+  auto s = FromGrpc(conn().kv->Txn(&ctx, req, &resp), "Txn", key);
+  if (!s.ok()) {
+    Failed(s);
+    return s;
+  }
+  return CasFromResponse(resp, key);
+}
+
+absl::StatusOr<CasResult> GrpcEtcdClient::CasFromResponse(const etcdserverpb::TxnResponse& resp,
+                                                          std::string_view key) {
+  CasResult out;
+  out.applied = resp.succeeded();
+  out.revision = resp.header().revision();
+  if (out.applied) return out;
+  if (resp.responses_size() != 1 || !resp.responses(0).has_response_range()) {
+    return absl::InternalError(absl::StrCat("etcd Txn ", Av(key), ": unexpected failure answer"));
+  }
+  const auto& range = resp.responses(0).response_range();
+  if (range.kvs_size() > 0) {
+    auto kv = FromProto(range.kvs(0), options().max_value_size);
+    if (!kv.ok()) return kv.status();
+    out.current = std::move(*kv);
+  }
+  return out;
+}
+
+absl::Status GrpcEtcdClient::Compact(int64_t revision) {
+  etcdserverpb::CompactionRequest req;
+  req.set_revision(revision);
+  req.set_physical(true);
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  etcdserverpb::CompactionResponse resp;
+  auto s = FromGrpc(conn().kv->Compact(&ctx, req, &resp), "Compact",
+                    absl::StrCat("revision ", revision));
+  Failed(s);
+  return s;
+}
+
+}  // namespace kvnode::cluster

@@ -1,0 +1,125 @@
+#include "kvnode/cluster/member.h"
+
+#include <array>
+#include <cstdint>
+#include <unordered_map>
+
+#include "absl/strings/str_cat.h"
+#include "kvnode/base/errno.h"
+#include "nlohmann/json.hpp"
+
+namespace kvnode::cluster {
+namespace {
+
+using base::Av;
+using nlohmann::json;
+
+constexpr std::array<std::string_view, 4> kStateNames = {"starting", "serving", "draining",
+                                                         "upgrading"};
+
+struct Reader {
+  const json& obj;
+  std::string_view key;
+
+  absl::Status Bad(std::string_view what) const {
+    return absl::InvalidArgumentError(absl::StrCat("member at ", Av(key), ": ", Av(what)));
+  }
+  absl::Status String(const char* name, std::string* out) const {
+    auto it = obj.find(name);
+    if (it == obj.end() || !it->is_string()) {
+      return Bad(absl::StrCat("field '", name, "' must be a string"));
+    }
+    *out = it->get<std::string>();
+    if (out->size() > kMaxMemberFieldSize) {
+      return Bad(absl::StrCat("field '", name, "' is longer than ", kMaxMemberFieldSize));
+    }
+    return absl::OkStatus();
+  }
+  absl::Status Uint(const char* name, uint64_t* out) const {
+    auto it = obj.find(name);
+    if (it == obj.end() || !it->is_number_unsigned()) {
+      return Bad(absl::StrCat("field '", name, "' must be a non-negative integer"));
+    }
+    *out = it->get<uint64_t>();
+    return absl::OkStatus();
+  }
+};
+
+absl::Status ReadFields(const Reader& r, Member* m) {
+  std::string state;
+  uint64_t pid = 0;
+  for (auto s : {r.String("node_id", &m->node_id), r.String("endpoint", &m->endpoint),
+                 r.Uint("generation", &m->generation), r.String("build_id", &m->build_id),
+                 r.String("version", &m->version), r.String("state", &state), r.Uint("pid", &pid),
+                 r.String("instance", &m->instance)}) {
+    if (!s.ok()) return s;
+  }
+  if (pid > INT32_MAX) return r.Bad(absl::StrCat("pid ", pid, " out of range"));
+  m->pid = static_cast<int64_t>(pid);
+  auto parsed = ParseMemberState(state);
+  if (!parsed) return r.Bad(absl::StrCat("unknown state '", state, "'"));
+  m->state = *parsed;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string_view MemberStateName(MemberState state) {
+  return kStateNames[static_cast<size_t>(state)];
+}
+
+std::optional<MemberState> ParseMemberState(std::string_view name) {
+  for (size_t i = 0; i < kStateNames.size(); ++i) {
+    if (kStateNames[i] == name) return static_cast<MemberState>(i);
+  }
+  return std::nullopt;
+}
+
+std::string EncodeMemberJson(const Member& m) {
+  json j = {{"node_id", m.node_id},
+            {"endpoint", m.endpoint},
+            {"generation", m.generation},
+            {"build_id", m.build_id},
+            {"version", m.version},
+            {"state", std::string(MemberStateName(m.state))},
+            {"pid", m.pid},
+            {"instance", m.instance}};
+  return j.dump();
+}
+
+absl::StatusOr<Member> DecodeMemberJson(std::string_view text, std::string_view key,
+                                        std::string_view expected_node_id) {
+  if (text.size() > kMaxMemberJsonSize) {
+    return absl::InvalidArgumentError(absl::StrCat("member at ", Av(key), ": ", text.size(),
+                                                   " bytes, above the limit of ",
+                                                   kMaxMemberJsonSize));
+  }
+  json obj = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  Reader r{obj, key};
+  if (obj.is_discarded()) return r.Bad("not valid JSON");
+  if (!obj.is_object()) return r.Bad("not a JSON object");
+  Member m;
+  if (auto s = ReadFields(r, &m); !s.ok()) return s;
+  if (auto s = proto::CheckName(m.node_id, proto::kMaxNodeIdSize, "node_id"); !s.ok()) {
+    return r.Bad(std::string(s.message()));
+  }
+  if (!expected_node_id.empty() && m.node_id != expected_node_id) {
+    return r.Bad(absl::StrCat("node_id '", m.node_id, "' does not match the key"));
+  }
+  return m;
+}
+
+proto::ShardMap Assemble(const proto::ShardMap& stored, const std::vector<Member>& live) {
+  std::unordered_map<std::string_view, const Member*> by_id;
+  for (const Member& m : live) by_id[m.node_id] = &m;
+  proto::ShardMap map = stored;
+  for (proto::MapNode& n : map.nodes) {
+    auto it = by_id.find(n.node_id);
+    n.alive = it != by_id.end();
+    n.endpoint = n.alive ? it->second->endpoint : "";
+    n.generation = n.alive ? it->second->generation : 0;
+  }
+  return map;
+}
+
+}  // namespace kvnode::cluster
