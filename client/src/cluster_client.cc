@@ -287,10 +287,14 @@ void ClusterClient::Impl::OnAdopted() {
     NodeConn& c = ConnFor(n.node_id);
     c.in_map = true;
     c.alive = n.alive;
-    // A node back at another address: the old session cannot follow it (a
-    // Move would; this is a restart elsewhere). Reopened on next use.
-    if (c.endpoint != n.endpoint && c.impl != nullptr) c.endpoint_changed = true;
-    c.endpoint = n.endpoint;
+    // An empty endpoint is "not known now" (no member key): the last known
+    // one stays. A node back at another address: the old session cannot
+    // follow it (a Move would; this is a restart elsewhere). Reopened on
+    // next use.
+    if (!n.endpoint.empty()) {
+      if (c.endpoint != n.endpoint && c.impl != nullptr) c.endpoint_changed = true;
+      c.endpoint = n.endpoint;
+    }
     for (uint32_t i = 0; i < conns_.size(); ++i) {
       if (conns_[i].get() == &c) conn_of_map_node_.push_back(i);
     }
@@ -347,11 +351,16 @@ absl::StatusOr<uint32_t> ClusterClient::Impl::TargetOf(const ClusterOp& op) {
     node = *n;
   } else {
     absl::StatusOr<Route> r = RouteKey(map, op.key);
-    if (!r.ok()) {
-      ++cstats_.shard_unavailable;
-      return r.status();
-    }
-    node = r->node;
+    if (r.ok()) return conn_of_map_node_[r->node];
+    // Not alive in the map. But liveness in a map is the pushing node's
+    // view, and the same epoch's membership is taken from whoever pushed
+    // last: a node cut off from etcd keeps pushing a stale one. A session
+    // to the owner that is up right now is better evidence.
+    const uint32_t conn = conn_of_map_node_[map.OwnerOf(proto::SlotOf(op.key, map.num_slots))];
+    const NodeConn& c = *conns_[conn];
+    if (c.impl != nullptr && c.impl->connected() && !c.endpoint_changed) return conn;
+    ++cstats_.shard_unavailable;
+    return r.status();
   }
   return conn_of_map_node_[node];
 }

@@ -14,10 +14,12 @@
 //     Client session (with its own client id, sequences, reconnection and
 //     live-upgrade Moves) opened on the first operation for that node, so
 //     connecting never stops the other nodes' operations.
-//   - A slot whose owner the map says is not alive fails at once with
-//     kShardUnavailable ("SHARD_UNAVAILABLE: slot S of node 'b' (not alive
-//     in map epoch E)"): nothing is sent. Once a later map says the node is
-//     alive, its operations go to it again.
+//   - A slot whose owner the map says is not alive, and to which no session
+//     is up, fails at once with kShardUnavailable ("SHARD_UNAVAILABLE: slot
+//     S of node 'b' (not alive in map epoch E)"): nothing is sent. (A
+//     session that is up wins over the map: liveness is the pushing node's
+//     view, which may be stale.) Once a later map says the node is alive,
+//     its operations go to it again.
 //   - Maps keep coming on every session (pushed on every change). The
 //     client keeps the newest valid one: a higher epoch wins; the same
 //     epoch may bring new membership (endpoints, liveness); invalid maps,
