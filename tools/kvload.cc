@@ -2,11 +2,13 @@
 //
 //   kvload --server 127.0.0.1:7000 --workload A --clients 8 --threads 2
 //          --depth 4 --duration 20 --verify --ack_log acks.log --report r.json
+//   kvload --cluster 10.0.0.1:7000,10.0.0.2:7000 ...   (a cluster: every key
+//          to its owner by the shard map, through libkvclient's ClusterClient)
 //   kvload --audit acks.log      (every acknowledged write still readable?)
 //   kvload ... --history h.tsv   then  kvhistory h.tsv   (linearizable?)
 //
-// Threads each drive several Clients (libkvclient), keeping --depth
-// operations outstanding per client. With --verify every value written
+// Threads each drive several Clients (libkvclient; ClusterClients with
+// --cluster), keeping --depth operations outstanding per client. With --verify every value written
 // encodes its key and a per-key version under a checksum, every value read
 // is checked (corrupt, wrong key, stale, missing, unknown version), and
 // acknowledged writes go to --ack_log. With --history every operation (its
@@ -26,11 +28,13 @@
 #include <condition_variable>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -38,6 +42,7 @@
 #include "kvnode/base/time_zone.h"
 #include "kvnode/client/admin.h"
 #include "kvnode/client/client.h"
+#include "kvnode/client/cluster_client.h"
 #include "kvnode/load/ack_log.h"
 #include "kvnode/load/history.h"
 #include "kvnode/load/report.h"
@@ -51,6 +56,9 @@ DECLARE_bool(help);
 DECLARE_string(helpmatch);
 
 DEFINE_string(server, "127.0.0.1:7000", "the node's control endpoint HOST:PORT");
+DEFINE_string(cluster, "",
+              "seed nodes of a cluster, HOST:PORT[,HOST:PORT...] (instead of --server): the "
+              "shard map comes from the first that answers and every key goes to its owner");
 DEFINE_string(auth_token_file, "", "file holding the node's auth token (mode 0600)");
 DEFINE_string(rdma_device, "", "verbs device (default: the first ACTIVE one)");
 DEFINE_string(workload, "A", "YCSB workload: A (50% reads), B (95%), C (read only)");
@@ -105,6 +113,10 @@ namespace {
 
 using kvnode::client::Client;
 using kvnode::client::ClientOptions;
+using kvnode::client::ClientStats;
+using kvnode::client::ClusterClient;
+using kvnode::client::ClusterClientOptions;
+using kvnode::client::ClusterStats;
 using kvnode::client::OpKind;
 using kvnode::client::OpRequest;
 using kvnode::client::OpResult;
@@ -146,9 +158,57 @@ struct Pending {
   uint64_t call_ns = 0;  // for --history: before Submit
 };
 
-class Worker {
+// What main() needs of a thread's worker, whichever client type it drives.
+class WorkerBase {
  public:
-  Worker(Shared* shared, uint32_t index, std::vector<std::unique_ptr<Client>> clients)
+  virtual ~WorkerBase() = default;
+  virtual void Preload() = 0;
+  virtual void Run() = 0;
+  virtual load::LoadStats Snapshot() = 0;  // thread-safe, for the progress line
+  virtual load::LoadStats TakeFinal() = 0;
+  virtual uint64_t preload_failures() const = 0;
+  virtual bool history_failed() const = 0;
+  // Every key of [0, keys) read once by each client; returns the failures.
+  virtual uint64_t Warm(uint64_t keys, uint64_t key_size) = 0;
+  virtual bool fast_get() const = 0;
+  // Adds the clients' counters (and, for ClusterClients, the cluster's).
+  virtual void AddStats(ClientStats* client, ClusterStats* cluster) const = 0;
+  virtual void CloseClients() = 0;
+};
+
+bool FastGet(const Client& c) { return c.fast_get(); }
+// Node sessions open on first use: READs unless --rpc_get.
+bool FastGet(const ClusterClient&) { return !FLAGS_rpc_get; }
+
+void AddClusterStats(const Client&, ClusterStats*) {}
+void AddClusterStats(const ClusterClient& c, ClusterStats* sum) {
+  const ClusterStats& s = c.cluster_stats();
+  sum->map_epoch = std::max(sum->map_epoch, s.map_epoch);
+  sum->maps_adopted += s.maps_adopted;
+  sum->maps_ignored += s.maps_ignored;
+  sum->map_requests += s.map_requests;
+  sum->wrong_shard += s.wrong_shard;
+  sum->reroutes += s.reroutes;
+  sum->shard_unavailable += s.shard_unavailable;
+  sum->epochs_refused += s.epochs_refused;
+  for (const kvnode::client::ClusterNodeStats& n : s.nodes) {
+    auto it = std::find_if(sum->nodes.begin(), sum->nodes.end(),
+                           [&](const auto& m) { return m.node_id == n.node_id; });
+    if (it == sum->nodes.end()) {
+      sum->nodes.push_back(n);
+    } else {
+      it->ops += n.ops;
+      it->connected |= n.connected;
+    }
+  }
+}
+
+// One thread's clients (C: Client, or ClusterClient with --cluster; both
+// have the same asynchronous API) and the loop that drives them.
+template <class C>
+class Worker : public WorkerBase {
+ public:
+  Worker(Shared* shared, uint32_t index, std::vector<std::unique_ptr<C>> clients)
       : shared_(shared),
         index_(index),
         clients_(std::move(clients)),
@@ -165,21 +225,58 @@ class Worker {
   }
 
   // Phase 1 (optional): every key once, keys taken from a shared counter.
-  void Preload() { Loop(/*preload=*/true); }
-  void Run() { Loop(/*preload=*/false); }
+  void Preload() override { Loop(/*preload=*/true); }
+  void Run() override { Loop(/*preload=*/false); }
 
-  // Thread-safe snapshot for the progress line.
-  load::LoadStats Snapshot() {
+  load::LoadStats Snapshot() override {
     std::lock_guard<std::mutex> l(mu_);
     return published_;
   }
-  load::LoadStats TakeFinal() {
+  load::LoadStats TakeFinal() override {
     std::lock_guard<std::mutex> l(mu_);
     return stats_;
   }
-  uint64_t preload_failures() const { return preload_failures_; }
-  bool history_failed() const { return history_failed_; }
-  const std::vector<std::unique_ptr<Client>>& clients() const { return clients_; }
+  uint64_t preload_failures() const override { return preload_failures_; }
+  bool history_failed() const override { return history_failed_; }
+  bool fast_get() const override { return FastGet(*clients_.front()); }
+
+  uint64_t Warm(uint64_t keys, uint64_t key_size) override {
+    std::string key;
+    uint64_t failed = 0;
+    for (const auto& c : clients_) {
+      for (uint64_t k = 0; k < keys; ++k) {
+        load::FormatKeyTo(k, key_size, &key);
+        absl::StatusOr<kvnode::client::GetResult> g =
+            c->Get(key, absl::Now() + absl::Milliseconds(FLAGS_timeout_ms));
+        if (!g.ok() && !absl::IsNotFound(g.status())) ++failed;
+      }
+    }
+    return failed;
+  }
+
+  void AddStats(ClientStats* cs, ClusterStats* cluster) const override {
+    for (const auto& c : clients_) {
+      const ClientStats& s = c->stats();
+      cs->gets_by_read += s.gets_by_read;
+      cs->gets_by_rpc += s.gets_by_rpc;
+      cs->read_retries += s.read_retries;
+      cs->rpc_fallbacks += s.rpc_fallbacks;
+      cs->rpc_resends += s.rpc_resends;
+      cs->busy += s.busy;
+      cs->reconnects += s.reconnects;
+      cs->moves += s.moves;
+      cs->moves_refused += s.moves_refused;
+      cs->timeouts += s.timeouts;
+      cs->stale_responses += s.stale_responses;
+      cs->location_hits += s.location_hits;
+      cs->location_stale += s.location_stale;
+      AddClusterStats(*c, cluster);
+    }
+  }
+
+  void CloseClients() override {
+    for (const auto& c : clients_) (void)c->Close();
+  }
 
  private:
   bool NextPreloadKey(uint64_t* key) {
@@ -199,7 +296,7 @@ class Worker {
 
   // Submits one operation on client c; false if nothing more to issue.
   bool IssueOne(uint32_t ci, bool preload) {
-    Client* c = raw_[ci];
+    C* c = raw_[ci];
     Pending p;
     p.client = client_ids_[ci];
     if (preload) {
@@ -330,7 +427,7 @@ class Worker {
     if (p.preload) {
       ++preload_failures_;
     } else {
-      stats_.RecordFailure();
+      stats_.RecordFailure(kvnode::client::IsShardUnavailable(st));
     }
     if (shared_->errors_logged.fetch_add(1) < 20) {
       LOG(ERROR) << "kvload: " << load::OpTypeName(p.op) << " of key " << p.key
@@ -409,12 +506,12 @@ class Worker {
     for (;;) {
       bool progress = false;
       bool room = false;
-      for (Client* c : raw_) {
+      for (C* c : raw_) {
         room |= c->available(preload ? OpKind::kPut : OpKind::kGet) > 0;
       }
       if (issuing && room && !free_.empty()) issuing = preload ? !g_stop.load() : MayIssue();
       for (uint32_t ci = 0; ci < raw_.size(); ++ci) {
-        Client* c = raw_[ci];
+        C* c = raw_[ci];
         // The preload only writes; the run picks a GET when writes are held.
         while (issuing && c->available(preload ? OpKind::kPut : OpKind::kGet) > 0 &&
                !free_.empty()) {
@@ -444,13 +541,13 @@ class Worker {
       }
       if (!issuing) {
         bool any = false;
-        for (Client* c : raw_) any |= c->outstanding() > 0;
+        for (C* c : raw_) any |= c->outstanding() > 0;
         if (!any) break;
       }
       if (progress) {
         idle = 0;
       } else if (++idle > FLAGS_spin) {
-        Client::WaitAny(raw_, absl::Now() + absl::Milliseconds(issuing ? 2 : 10));
+        C::WaitAny(raw_, absl::Now() + absl::Milliseconds(issuing ? 2 : 10));
       }
     }
     if (shared_->history != nullptr) FlushHistory();
@@ -460,8 +557,8 @@ class Worker {
 
   Shared* shared_;
   uint32_t index_;
-  std::vector<std::unique_ptr<Client>> clients_;
-  std::vector<Client*> raw_;
+  std::vector<std::unique_ptr<C>> clients_;
+  std::vector<C*> raw_;
   std::vector<uint32_t> client_ids_;  // raw_[i]'s index among all clients
   load::Rng rng_;
   std::vector<Pending> pending_;
@@ -498,19 +595,50 @@ ClientOptions MakeClientOptions(const std::string& token, uint32_t depth) {
   return o;
 }
 
+std::vector<std::string> SplitSeeds(const std::string& list) {
+  std::vector<std::string> seeds;
+  size_t from = 0;
+  while (from <= list.size()) {
+    const size_t comma = std::min(list.find(',', from), list.size());
+    if (comma > from) seeds.push_back(list.substr(from, comma - from));
+    from = comma + 1;
+  }
+  return seeds;
+}
+
+// Where the clients go: --server, or --cluster's seeds.
+std::string Target() {
+  return FLAGS_cluster.empty() ? FLAGS_server : absl::StrCat("cluster ", FLAGS_cluster);
+}
+
+// Connects one client of type C (Client to --server, ClusterClient to the
+// --cluster seeds).
+template <class C>
+absl::StatusOr<std::unique_ptr<C>> ConnectOne(const std::string& token, uint32_t depth) {
+  if constexpr (std::is_same_v<C, ClusterClient>) {
+    ClusterClientOptions o;
+    o.seeds = SplitSeeds(FLAGS_cluster);
+    o.base = MakeClientOptions(token, depth);
+    return ClusterClient::Connect(std::move(o));
+  } else {
+    return Client::Connect(MakeClientOptions(token, depth));
+  }
+}
+
+template <class C>
 int RunAudit(const std::string& token) {
   absl::StatusOr<load::AckLogContents> log = load::ReadAckLog(FLAGS_audit);
   if (!log.ok()) {
     std::fprintf(stderr, "kvload --audit: %s\n", log.status().ToString().c_str());
     return 2;
   }
-  absl::StatusOr<std::unique_ptr<Client>> c = Client::Connect(MakeClientOptions(token, 1));
+  absl::StatusOr<std::unique_ptr<C>> c = ConnectOne<C>(token, 1);
   if (!c.ok()) {
-    std::fprintf(stderr, "kvload --audit: connect to %s: %s\n", FLAGS_server.c_str(),
+    std::fprintf(stderr, "kvload --audit: connect to %s: %s\n", Target().c_str(),
                  c.status().ToString().c_str());
     return 2;
   }
-  Client* client = c->get();
+  C* client = c->get();
   load::AuditReport rep = load::Audit(
       log->records, [&](const std::string& key) -> absl::StatusOr<std::optional<std::string>> {
         absl::StatusOr<kvnode::client::GetResult> g =
@@ -540,6 +668,68 @@ int RunAudit(const std::string& token) {
   }
   (void)client->Close();
   return rep.passed() ? 0 : 1;
+}
+
+// --clients clients of type C dealt round-robin to `threads` workers.
+template <class C>
+absl::StatusOr<std::vector<std::unique_ptr<WorkerBase>>> MakeWorkers(Shared* shared,
+                                                                     const std::string& token,
+                                                                     uint32_t threads) {
+  std::vector<std::vector<std::unique_ptr<C>>> per_thread(threads);
+  for (uint32_t i = 0; i < FLAGS_clients; ++i) {
+    absl::StatusOr<std::unique_ptr<C>> c = ConnectOne<C>(token, FLAGS_depth);
+    if (!c.ok()) {
+      return absl::Status(c.status().code(), absl::StrCat("client ", i, ": connect to ", Target(),
+                                                          ": ", c.status().message()));
+    }
+    per_thread[i % threads].push_back(*std::move(c));
+  }
+  std::vector<std::unique_ptr<WorkerBase>> workers;
+  for (uint32_t t = 0; t < threads; ++t) {
+    workers.push_back(std::make_unique<Worker<C>>(shared, t, std::move(per_thread[t])));
+  }
+  return workers;
+}
+
+// The report's "cluster" object and "nodes" (ops per node id, of the
+// measured run: the preload and --warm are taken off).
+void AddClusterReport(const ClusterStats& c, const ClusterStats& before, nlohmann::json* report) {
+  (*report)["cluster"] = {
+      {"seeds", FLAGS_cluster},
+      {"map_epoch", c.map_epoch},
+      {"maps_adopted", c.maps_adopted},
+      {"maps_ignored", c.maps_ignored},
+      {"map_requests", c.map_requests},
+      {"wrong_shard", c.wrong_shard - before.wrong_shard},
+      {"reroutes", c.reroutes - before.reroutes},
+      {"epochs_refused", c.epochs_refused - before.epochs_refused},
+  };
+  nlohmann::json nodes = nlohmann::json::object();
+  for (const kvnode::client::ClusterNodeStats& n : c.nodes) {
+    uint64_t earlier = 0;
+    for (const auto& b : before.nodes) {
+      if (b.node_id == n.node_id) earlier = b.ops;
+    }
+    nodes[n.node_id] = {{"ops", n.ops - earlier}, {"endpoint", n.endpoint}, {"alive", n.alive}};
+  }
+  (*report)["nodes"] = std::move(nodes);
+}
+
+// "cluster: map epoch 3, 0 shard_unavailable, 12 WRONG_SHARD, 12 reroutes;
+// ops per node: a 1200, b 1180, c 1230"
+std::string FormatClusterLine(const nlohmann::json& r) {
+  const nlohmann::json& c = r["cluster"];
+  std::string line = absl::StrCat(
+      "cluster: map epoch ", c["map_epoch"].get<uint64_t>(), ", ",
+      r["shard_unavailable"].get<uint64_t>(), " shard_unavailable, ",
+      c["wrong_shard"].get<uint64_t>(), " WRONG_SHARD, ", c["reroutes"].get<uint64_t>(),
+      " reroutes, ", c["epochs_refused"].get<uint64_t>(), " epochs refused; ops per node:");
+  const char* sep = " ";
+  for (const auto& [id, n] : r["nodes"].items()) {
+    absl::StrAppend(&line, sep, id, " ", n["ops"].get<uint64_t>());
+    sep = ", ";
+  }
+  return line;
 }
 
 // The CDF of `h` as (latency, cumulative fraction) points: every 0.1% up to
@@ -574,7 +764,8 @@ int main(int argc, char** argv) {
       "  kvload [--server HOST:PORT] [--workload A|B|C] [--clients N --threads T --depth D] "
       "[--duration S | --ops N] [--preload] [--verify --ack_log FILE] [--report FILE.json] "
       "[--history FILE]\n"
-      "  kvload --audit ACK_LOG [--server HOST:PORT]");
+      "  kvload --cluster HOST:PORT[,HOST:PORT...] ...   (a cluster, instead of --server)\n"
+      "  kvload --audit ACK_LOG [--server HOST:PORT | --cluster SEEDS]");
   // --help lists this program's own flags; --helpfull adds gflags' and glog's.
   gflags::ParseCommandLineNonHelpFlags(&argc, &argv, true);
   if (FLAGS_help) {
@@ -597,7 +788,20 @@ int main(int argc, char** argv) {
     }
     token = *t;
   }
-  if (!FLAGS_audit.empty()) return RunAudit(token);
+  // --server has a default: only an explicit one conflicts with --cluster.
+  if (!FLAGS_cluster.empty() && !gflags::GetCommandLineFlagInfoOrDie("server").is_default) {
+    std::fprintf(stderr,
+                 "kvload: --cluster and --server exclude each other (--cluster takes the seed "
+                 "nodes; the shard map says where each key goes)\n");
+    return 2;
+  }
+  if (!FLAGS_cluster.empty() && SplitSeeds(FLAGS_cluster).empty()) {
+    std::fprintf(stderr, "kvload: --cluster '%s' names no seed HOST:PORT\n", FLAGS_cluster.c_str());
+    return 2;
+  }
+  if (!FLAGS_audit.empty()) {
+    return FLAGS_cluster.empty() ? RunAudit<Client>(token) : RunAudit<ClusterClient>(token);
+  }
 
   Shared shared;
   load::WorkloadOptions& w = shared.wopt;
@@ -680,24 +884,17 @@ int main(int argc, char** argv) {
   // Connect every client up front (a node that is not there fails fast).
   const uint32_t threads = std::min(FLAGS_threads, FLAGS_clients);
   shared.threads = threads;
-  std::vector<std::vector<std::unique_ptr<Client>>> per_thread(threads);
-  for (uint32_t i = 0; i < FLAGS_clients; ++i) {
-    absl::StatusOr<std::unique_ptr<Client>> c =
-        Client::Connect(MakeClientOptions(token, FLAGS_depth));
-    if (!c.ok()) {
-      std::fprintf(stderr, "kvload: client %u: connect to %s: %s\n", i, FLAGS_server.c_str(),
-                   c.status().ToString().c_str());
-      return 2;
-    }
-    per_thread[i % threads].push_back(*std::move(c));
+  absl::StatusOr<std::vector<std::unique_ptr<WorkerBase>>> made =
+      FLAGS_cluster.empty() ? MakeWorkers<Client>(&shared, token, threads)
+                            : MakeWorkers<ClusterClient>(&shared, token, threads);
+  if (!made.ok()) {
+    std::fprintf(stderr, "kvload: %s\n", made.status().ToString().c_str());
+    return 2;
   }
-  std::vector<std::unique_ptr<Worker>> workers;
-  for (uint32_t t = 0; t < threads; ++t) {
-    workers.push_back(std::make_unique<Worker>(&shared, t, std::move(per_thread[t])));
-  }
+  std::vector<std::unique_ptr<WorkerBase>> workers = *std::move(made);
   std::fprintf(stderr, "kvload: %u clients on %u threads, depth %u, %s GETs, to %s\n",
-               FLAGS_clients, threads, FLAGS_depth,
-               workers[0]->clients()[0]->fast_get() ? "RDMA READ" : "RPC", FLAGS_server.c_str());
+               FLAGS_clients, threads, FLAGS_depth, workers[0]->fast_get() ? "RDMA READ" : "RPC",
+               Target().c_str());
 
   auto run_phase = [&](bool preload) {
     std::vector<std::thread> ts;
@@ -725,29 +922,15 @@ int main(int argc, char** argv) {
 
   if (FLAGS_warm) {
     const auto w0 = SteadyClock::now();
-    std::string key;
     uint64_t failed = 0;
-    for (auto& wk : workers) {
-      for (const auto& c : wk->clients()) {
-        for (uint64_t k = 0; k < w.keys; ++k) {
-          load::FormatKeyTo(k, w.key_size, &key);
-          absl::StatusOr<kvnode::client::GetResult> g =
-              c->Get(key, absl::Now() + absl::Milliseconds(FLAGS_timeout_ms));
-          if (!g.ok() && !absl::IsNotFound(g.status())) ++failed;
-        }
-      }
-    }
+    for (auto& wk : workers) failed += wk->Warm(w.keys, w.key_size);
     std::fprintf(stderr, "kvload: warmed (every key read once per client) in %.2fs, %llu failed\n",
                  std::chrono::duration<double>(SteadyClock::now() - w0).count(),
                  static_cast<unsigned long long>(failed));
   }
-  kvnode::client::ClientStats before_run;
-  for (auto& wk : workers) {
-    for (const auto& c : wk->clients()) {
-      before_run.location_hits += c->stats().location_hits;
-      before_run.location_stale += c->stats().location_stale;
-    }
-  }
+  ClientStats before_run;
+  ClusterStats cluster_before;
+  for (auto& wk : workers) wk->AddStats(&before_run, &cluster_before);
   const load::CpuTimes cpu0 = load::SampleCpu(FLAGS_node_pid);
   shared.t0 = SteadyClock::now();
   shared.t0_abs = absl::Now();
@@ -794,25 +977,11 @@ int main(int argc, char** argv) {
   stall_meter.reset();
 
   load::LoadStats total;
-  kvnode::client::ClientStats cs;
+  ClientStats cs;
+  ClusterStats cluster;
   for (auto& wk : workers) {
     total.Merge(wk->TakeFinal());
-    for (const auto& c : wk->clients()) {
-      const auto& s = c->stats();
-      cs.gets_by_read += s.gets_by_read;
-      cs.gets_by_rpc += s.gets_by_rpc;
-      cs.read_retries += s.read_retries;
-      cs.rpc_fallbacks += s.rpc_fallbacks;
-      cs.rpc_resends += s.rpc_resends;
-      cs.busy += s.busy;
-      cs.reconnects += s.reconnects;
-      cs.moves += s.moves;
-      cs.moves_refused += s.moves_refused;
-      cs.timeouts += s.timeouts;
-      cs.stale_responses += s.stale_responses;
-      cs.location_hits += s.location_hits;
-      cs.location_stale += s.location_stale;
-    }
+    wk->AddStats(&cs, &cluster);
   }
   if (shared.ack_log != nullptr) {
     if (absl::Status st = shared.ack_log->Flush(); !st.ok()) {
@@ -829,14 +998,23 @@ int main(int argc, char** argv) {
     }
   }
   nlohmann::json config = {
-      {"server", FLAGS_server},     {"workload", FLAGS_workload},
-      {"read_ratio", w.read_ratio}, {"distribution", FLAGS_distribution},
-      {"zipf_theta", w.zipf_theta}, {"keys", w.keys},
-      {"key_size", w.key_size},     {"value_size", w.value_size},
-      {"clients", FLAGS_clients},   {"threads", threads},
-      {"depth", FLAGS_depth},       {"duration", FLAGS_duration},
-      {"ops_limit", FLAGS_ops},     {"preload", FLAGS_preload},
-      {"verify", FLAGS_verify},     {"rpc_get", FLAGS_rpc_get},
+      {"server", FLAGS_cluster.empty() ? FLAGS_server : ""},
+      {"cluster", FLAGS_cluster},
+      {"workload", FLAGS_workload},
+      {"read_ratio", w.read_ratio},
+      {"distribution", FLAGS_distribution},
+      {"zipf_theta", w.zipf_theta},
+      {"keys", w.keys},
+      {"key_size", w.key_size},
+      {"value_size", w.value_size},
+      {"clients", FLAGS_clients},
+      {"threads", threads},
+      {"depth", FLAGS_depth},
+      {"duration", FLAGS_duration},
+      {"ops_limit", FLAGS_ops},
+      {"preload", FLAGS_preload},
+      {"verify", FLAGS_verify},
+      {"rpc_get", FLAGS_rpc_get},
   };
   nlohmann::json report = load::BuildReport(total, duration_s, config);
   report["client"] = {
@@ -857,6 +1035,7 @@ int main(int argc, char** argv) {
   report["client"]["location_hits"] = cs.location_hits - before_run.location_hits;
   report["client"]["location_stale"] = cs.location_stale - before_run.location_stale;
   report["cpu"] = load::CpuJson(cpu0, cpu1, total.ops());
+  if (!FLAGS_cluster.empty()) AddClusterReport(cluster, cluster_before, &report);
   // The timeline's t = 0 on the wall clock, to set its gaps against the
   // node's log lines.
   report["start_unix_s"] = absl::ToDoubleSeconds(shared.t0_abs - absl::UnixEpoch());
@@ -875,6 +1054,7 @@ int main(int argc, char** argv) {
       static_cast<unsigned long long>(cs.read_retries),
       static_cast<unsigned long long>(cs.rpc_resends), static_cast<unsigned long long>(cs.busy),
       static_cast<unsigned long long>(cs.reconnects), static_cast<unsigned long long>(cs.moves));
+  if (!FLAGS_cluster.empty()) std::printf("%s\n", FormatClusterLine(report).c_str());
   const nlohmann::json& cpu = report["cpu"];
   std::printf("cpu: client %.2f us/op", cpu["client_us_per_op"].get<double>());
   if (!cpu["node_us_per_op"].is_null()) {
@@ -893,9 +1073,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "kvload: cannot write --latency_cdf %s\n", FLAGS_latency_cdf.c_str());
     return 2;
   }
-  for (auto& wk : workers) {
-    for (const auto& c : wk->clients()) (void)c->Close();
-  }
+  for (auto& wk : workers) wk->CloseClients();
   const bool ok = load::RunSucceeded(total) && preload_failures == 0 && history_ok;
   if (!ok) {
     std::fprintf(stderr,

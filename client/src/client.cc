@@ -92,12 +92,27 @@ const char* OpKindName(OpKind kind) {
 
 // --- Impl: setup -----------------------------------------------------------------------
 
-absl::Status Client::Impl::Init() {
+void Client::Impl::InitSlots() {
   slots_.resize(slot_count());
   for (uint32_t i = slot_count(); i > 0; --i) free_.push_back(i - 1);
   for (Slot& s : slots_) s.key.reserve(storage::kMaxKeySize);
   endpoint_ = options_.server;
   reconnect_backoff_ = options_.reconnect_backoff_min;
+}
+
+absl::Status Client::Impl::InitAsync() {
+  InitSlots();
+  if (absl::Status st = InitDevice(); !st.ok()) return st;
+  // As after a lost session: Submit accepts work, Poll drives the
+  // handshake (and retries it with backoff while work waits).
+  need_reconnect_ = true;
+  next_reconnect_ = absl::Now();
+  StartHandshake(endpoint_, /*for_move=*/false, absl::Now());
+  return absl::OkStatus();
+}
+
+absl::Status Client::Impl::Init() {
+  InitSlots();
   // Device, PD, CQ and the registered buffers before the first connect: the
   // server's handshake deadline starts at accept, and opening a device and
   // registering memory are local work that can take seconds on a loaded host.
@@ -227,6 +242,7 @@ void Client::Impl::PollControl(Session* s, absl::Time now) {
                      s->broken = true;
                      s->broken_why = ServerErrorStatus(e, "the session");
                    },
+                   [&](const proto::ShardMapMsg& m) { OnShardMap(s, m); },
                    [&](const auto& other) {
                      s->broken = true;
                      s->broken_why = absl::UnavailableError(absl::StrCat(
@@ -245,6 +261,30 @@ void Client::Impl::PollControl(Session* s, absl::Time now) {
     s->broken_why = absl::UnavailableError(absl::StrCat(
         "nothing received on the control connection for ", absl::FormatDuration(now - s->last_rx)));
   }
+}
+
+void Client::Impl::OnShardMap(Session* s, const proto::ShardMapMsg& m) {
+  if ((s->welcome.features & hello_features_ & proto::kFeatureShardMap) == 0) {
+    s->broken = true;
+    s->broken_why = absl::UnavailableError(
+        "unexpected control message ShardMap (this session did not ask for shard maps)");
+    return;
+  }
+  maps_.push_back(m.map);
+}
+
+bool Client::Impl::RequestMap(uint64_t known_epoch) {
+  Session* s = current_.get();
+  if (s == nullptr || s->broken || (session_features() & proto::kFeatureShardMap) == 0) {
+    return false;
+  }
+  SendControl(s, proto::MapRequest{known_epoch});
+  return !s->broken;
+}
+
+uint64_t Client::Impl::session_features() const {
+  if (current_ == nullptr) return 0;
+  return current_->welcome.features & hello_features_;
 }
 
 // --- close --------------------------------------------------------------------------

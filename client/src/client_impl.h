@@ -19,6 +19,8 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/functional/function_ref.h"
@@ -29,6 +31,7 @@
 #include "kvnode/client/client.h"
 #include "kvnode/proto/control.h"
 #include "kvnode/proto/rpc.h"
+#include "kvnode/proto/shard_map.h"
 #include "kvnode/rdma/cq.h"
 #include "kvnode/rdma/device.h"
 #include "kvnode/rdma/memory.h"
@@ -82,6 +85,15 @@ absl::Status ServerErrorStatus(const proto::Error& e, std::string_view during);
 // refuses to move there.
 absl::Status CheckMoveTarget(const proto::Welcome& from, const proto::Move& move,
                              const proto::Welcome& to);
+
+// A node's WRONG_SHARD answer as an op's status: FailedPrecondition with the
+// message a plain Client has always reported, plus a payload carrying the
+// node's map epoch. ClusterClient finds the epoch with WrongShardEpochOf and
+// reroutes the op (nothing was applied: the answer guarantees it); a plain
+// Client, which never asks for shard maps, never gets one. `what`: the op
+// kind's name. (errors.cc)
+absl::Status WrongShardSignal(uint64_t node_epoch, std::string_view what);
+std::optional<uint64_t> WrongShardEpochOf(const absl::Status& status);
 
 // --- wr_id layout -------------------------------------------------------------
 // bits 32..63 session epoch, bit 31 receive, bits 0..30 slot or receive index.
@@ -207,6 +219,11 @@ class Client::Impl {
 
   // client.cc
   absl::Status Init();  // first session (device, PD, CQ, buffers on its Welcome)
+  // Init without waiting for the server: the first handshake runs from Poll
+  // as a reconnection does, and operations submitted meanwhile wait for it
+  // (each until its deadline). ClusterClient opens node sessions this way,
+  // on first use, without stopping the others of its thread.
+  absl::Status InitAsync();
   absl::Status Close(absl::Time deadline);
   OpResult Execute(const OpRequest& op);
 
@@ -221,7 +238,26 @@ class Client::Impl {
   uint32_t outstanding() const { return static_cast<uint32_t>(slots_.size() - free_.size()); }
   uint32_t held_writes() const { return budget_.held(); }
 
+  // --- cluster hooks (ClusterClient; a plain Client leaves them alone) -------
+  // Shard maps received on the control channel since the last call.
+  std::vector<proto::ShardMap> TakeMaps() { return std::exchange(maps_, {}); }
+  // Asks the current session's node for its map (MapRequest); false when no
+  // session is up or it did not negotiate kFeatureShardMap.
+  bool RequestMap(uint64_t known_epoch);
+  // The features both sides of the current session set (0: none up yet).
+  uint64_t session_features() const;
+  bool connected() const { return current_ != nullptr && !current_->broken; }
+  // Handles what has arrived on the current session's control connection
+  // now: Poll looks at most every 200 us, and only on every kIdlePolls-th
+  // idle call (ClusterClient's Connect waits for the first map with it).
+  void PollControlNow() {
+    if (current_ != nullptr) PollControl(current_.get(), absl::Now());
+  }
+
   ClientOptions options_;
+  // Hello.features. 0 for a plain Client (its Hello is what it always was);
+  // ClusterClient sets proto::kFeatureShardMap before Init.
+  uint64_t hello_features_ = 0;
   ClientStats stats_;
   uint64_t client_id_ = 0;
   // Welcome.resume_secret of client_id_: a Hello that resumes the id must
@@ -241,6 +277,11 @@ class Client::Impl {
   absl::Status InitDevice();
   // Control frames of the current session: Keepalive/Move/Goodbye/...
   void PollControl(Session* s, absl::Time now);
+  // A ShardMap frame: kept for TakeMaps when the session negotiated
+  // kFeatureShardMap, else the session is broken as by any unexpected frame.
+  void OnShardMap(Session* s, const proto::ShardMapMsg& m);
+  // Slots, free list and backoff: what Init and InitAsync share.
+  void InitSlots();
   void SendControl(Session* s, const proto::ControlMessage& m);
 
   // --- session.cc: the session state machine -------------------------------------
@@ -383,6 +424,7 @@ class Client::Impl {
 
   absl::Time next_control_check_;
   absl::Time next_deadline_check_;
+  std::vector<proto::ShardMap> maps_;  // for TakeMaps
 };
 
 }  // namespace kvnode::client

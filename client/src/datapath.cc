@@ -555,10 +555,9 @@ void Client::Impl::OnResponse(Session* ses, uint32_t i, uint32_t byte_len, absl:
                                                           ": ", std::string(r->value))));
       break;
     case proto::RpcStatus::kWrongShard:
-      // Only sent to a session that asked for shard maps (kFeatureShardMap).
-      Finish(idx, absl::FailedPreconditionError(
-                      absl::StrCat("node answered WRONG_SHARD (map epoch ", r->version, ") to ",
-                                   OpKindName(s.kind), ": the key's slot is another node's")));
+      // Only sent to a session that asked for shard maps (kFeatureShardMap):
+      // nothing was applied, and ClusterClient reroutes the op by the epoch.
+      Finish(idx, WrongShardSignal(r->version, OpKindName(s.kind)));
       break;
     case proto::RpcStatus::kBusy: {
       ++stats_.busy;

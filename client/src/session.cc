@@ -164,6 +164,7 @@ absl::Status Client::Impl::SendHello(Session* s, absl::Time now) {
   hello.resume_secret = resume_secret_;
   hello.auth_token = options_.auth_token;
   hello.client_name = options_.client_name;
+  hello.features = hello_features_;
   if (absl::Status st = SendFrame(s->fd.get(), hello); !st.ok()) {
     return absl::UnavailableError(absl::StrCat("send Hello to ", s->endpoint, ": ", st.message()));
   }
@@ -353,6 +354,9 @@ void Client::Impl::InstallPending(absl::Time now) {
     ++stats_.moves;
     LOG(INFO) << "kvclient: client " << client_id_ << " moved to " << endpoint_ << " (generation "
               << generation_ << ")";
+  } else if (current_->first) {
+    // InitAsync's first session: a connection, not a reconnection.
+    VLOG(1) << "kvclient: client " << client_id_ << " connected to " << endpoint_;
   } else {
     ++stats_.reconnects;
     LOG(INFO) << "kvclient: client " << client_id_ << " reconnected to " << endpoint_

@@ -26,8 +26,8 @@ TEST(ReportTest, EveryPromisedKeyIsPresent) {
   const LoadStats s = SampleStats();
   const nlohmann::json r = BuildReport(s, 2.0, {{"workload", "A"}});
   for (const char* key :
-       {"ops", "reads", "writes", "failed_ops", "verify_errors", "stale_reads", "duration_s",
-        "ops_per_s", "latency_us", "timeline", "blackout_ms", "blackout_read_ms",
+       {"ops", "reads", "writes", "failed_ops", "shard_unavailable", "verify_errors", "stale_reads",
+        "duration_s", "ops_per_s", "latency_us", "timeline", "blackout_ms", "blackout_read_ms",
         "blackout_write_ms", "reads_in_write_blackout", "reads_while_writes_held"}) {
     EXPECT_TRUE(r.contains(key)) << key;
   }
@@ -44,6 +44,7 @@ TEST(ReportTest, EveryPromisedKeyIsPresent) {
   EXPECT_EQ(r["deletes"], 1);
   EXPECT_EQ(r["not_found"], 10);  // i = 1, 101, ..., 901
   EXPECT_EQ(r["failed_ops"], 1);
+  EXPECT_EQ(r["shard_unavailable"], 0);
   EXPECT_EQ(r["verify_errors"], 2);
   EXPECT_EQ(r["stale_reads"], 1);
   EXPECT_EQ(r["verify"]["corrupt"], 1);
@@ -107,6 +108,11 @@ TEST(ReportTest, MergeAddsEverything) {
   EXPECT_EQ(a.read_latency.count(), 1500u);
   EXPECT_EQ(a.timeline.slots()[1].ops, 20u);
   EXPECT_FALSE(RunSucceeded(a));
+  LoadStats unavailable;
+  unavailable.RecordFailure(/*shard_unavailable_=*/true);
+  a.Merge(unavailable);
+  EXPECT_EQ(a.failed_ops, 3u);
+  EXPECT_EQ(a.shard_unavailable, 1u);
   LoadStats clean;
   clean.RecordCompletion(OpType::kRead, 0, 10);
   EXPECT_TRUE(RunSucceeded(clean));

@@ -61,6 +61,7 @@ void LoadStats::Merge(const LoadStats& o) {
   deletes += o.deletes;
   not_found += o.not_found;
   failed_ops += o.failed_ops;
+  shard_unavailable += o.shard_unavailable;
   reads_while_writes_held += o.reads_while_writes_held;
   for (size_t i = 0; i < verdicts.size(); ++i) verdicts[i] += o.verdicts[i];
   read_latency.Merge(o.read_latency);
@@ -120,6 +121,7 @@ nlohmann::json BuildReport(const LoadStats& s, double duration_s, const nlohmann
       {"deletes", s.deletes},
       {"not_found", s.not_found},
       {"failed_ops", s.failed_ops},
+      {"shard_unavailable", s.shard_unavailable},
       {"verify_errors", s.verify_errors()},
       {"stale_reads", s.stale_reads()},
       {"verify", std::move(verify)},

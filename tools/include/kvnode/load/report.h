@@ -27,6 +27,9 @@ struct LoadStats {
   // Operations that ended in an error (deadline, connection lost, rejected,
   // internal...) after any retries; not in reads/writes or the histograms.
   uint64_t failed_ops = 0;
+  // Of failed_ops: failed at once because the key's shard was unavailable
+  // (kvload --cluster: the slot's node is not alive in the shard map).
+  uint64_t shard_unavailable = 0;
   // Read verdicts other than kOk, by kind (index = ReadVerdict).
   std::array<uint64_t, kReadVerdictCount> verdicts{};
 
@@ -49,7 +52,10 @@ struct LoadStats {
   // An operation of type `op` issued at start_ns completed at end_ns (both
   // since the run's start). `not_found` for a GET answered NOT_FOUND.
   void RecordCompletion(OpType op, uint64_t start_ns, uint64_t end_ns, bool not_found = false);
-  void RecordFailure() { ++failed_ops; }
+  void RecordFailure(bool shard_unavailable_ = false) {
+    ++failed_ops;
+    if (shard_unavailable_) ++shard_unavailable;
+  }
   void RecordVerdict(ReadVerdict v) {
     if (v != ReadVerdict::kOk) ++verdicts[static_cast<int>(v)];
   }
@@ -64,12 +70,11 @@ std::string FormatProgressLine(double elapsed_s, double interval_s, const LoadSt
                                const LoadStats& before);
 
 // The JSON report. Keys: ops, reads, writes, deletes, not_found, failed_ops,
-// verify_errors, stale_reads, verify {corrupt, wrong_key, stale, missing,
-// unknown_version}, duration_s, ops_per_s, latency_us {p50, p99, p999, max,
-// mean, read {...}, write {...}}, blackout_ms, blackout_start_ms,
-// blackout_read_ms, blackout_write_ms (the same over GETs only, writes
-// only), blackout_write_start_ms, reads_in_write_blackout (GETs completed
-// inside the longest gap between writes, at timeline slot resolution),
+// shard_unavailable (of failed_ops), verify_errors, stale_reads, verify {corrupt, wrong_key, stale,
+// missing, unknown_version}, duration_s, ops_per_s, latency_us {p50, p99, p999, max, mean, read
+// {...}, write {...}}, blackout_ms, blackout_start_ms, blackout_read_ms, blackout_write_ms (the
+// same over GETs only, writes only), blackout_write_start_ms, reads_in_write_blackout (GETs
+// completed inside the longest gap between writes, at timeline slot resolution),
 // reads_while_writes_held, timeline_slot_ms, timeline [{t_ms, ops, reads, writes, max_latency_us},
 // ...] (one entry
 // per slot from 0 to the last completion), and `config` = the given object.
