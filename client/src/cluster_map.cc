@@ -44,6 +44,9 @@ MapOffer MapTracker::Offer(const proto::ShardMap& map) {
   for (size_t i = 0; i < map.nodes.size(); ++i) {
     if (map.nodes[i].node_id != map_->nodes[i].node_id) return MapOffer::kInconsistent;
   }
+  // Membership read at an earlier etcd revision than the one held: an older
+  // view of who is alive (another node's push overtaken, a node cut off).
+  if (map.members_revision < map_->members_revision) return MapOffer::kOlder;
   map_ = map;
   return MapOffer::kAdopted;
 }

@@ -33,9 +33,10 @@ const char* MapOfferName(MapOffer o);
 //   (3) a higher epoch wins;
 //   (4) the same epoch with the same slots and ranges is taken when its
 //       node table differs: endpoints, generations and liveness come from
-//       membership, which changes without a new epoch (the last pushed view
-//       wins); the same epoch with other ranges is a node's inconsistency
-//       and ignored;
+//       membership, which changes without a new epoch, unless its
+//       members_revision (the etcd revision membership was read at) is
+//       older than the held map's; the same epoch with other ranges is a
+//       node's inconsistency and ignored;
 //   (5) a lower epoch is ignored.
 class MapTracker {
  public:

@@ -200,6 +200,24 @@ TEST(MapTracker, SameEpochTakesMembershipNotOwnership) {
   EXPECT_EQ(t.map().ranges, ThreeNodes(5).ranges);
 }
 
+// Two nodes push maps of one epoch; the view of membership read at the later
+// etcd revision wins whatever the order they arrive in.
+TEST(MapTracker, SameEpochMembershipIsOrderedByItsRevision) {
+  MapTracker t;
+  proto::ShardMap fresh = ThreeNodes(5);
+  fresh.members_revision = 40;
+  ASSERT_EQ(t.Offer(fresh), MapOffer::kAdopted);
+  proto::ShardMap stale = ThreeNodes(5);
+  stale.members_revision = 31;
+  stale.nodes[1].alive = false;  // a node cut off from etcd still thinks b is gone
+  EXPECT_EQ(t.Offer(stale), MapOffer::kOlder);
+  EXPECT_TRUE(t.map().nodes[1].alive);
+  proto::ShardMap later = stale;
+  later.members_revision = 41;
+  EXPECT_EQ(t.Offer(later), MapOffer::kAdopted);
+  EXPECT_FALSE(t.map().nodes[1].alive);
+}
+
 // --- routing ---------------------------------------------------------------------------
 
 TEST(RouteKey, BySlotToItsOwner) {
