@@ -14,6 +14,7 @@
 #include "client_impl.h"
 #include "kvnode/proto/frame_io.h"
 #include "kvnode/rdma/errors.h"
+#include "sync_ops.h"
 
 namespace kvnode::client {
 namespace {
@@ -376,42 +377,20 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
 }
 
 absl::StatusOr<GetResult> Client::Get(std::string_view key, absl::Time deadline) {
-  OpRequest op;
-  op.kind = OpKind::kGet;
-  op.key = key;
-  op.deadline = deadline;
-  OpResult r = impl_->Execute(op);
-  if (!r.status.ok()) return r.status;
-  return GetResult{std::string(r.value), r.version};
+  return internal::AsGet(impl_->Execute(internal::SyncOp(OpKind::kGet, key, {}, deadline)));
 }
 
 absl::StatusOr<uint64_t> Client::Put(std::string_view key, std::string_view value,
                                      absl::Time deadline) {
-  OpRequest op;
-  op.kind = OpKind::kPut;
-  op.key = key;
-  op.value = value;
-  op.deadline = deadline;
-  OpResult r = impl_->Execute(op);
-  if (!r.status.ok()) return r.status;
-  return r.version;
+  return internal::AsVersion(impl_->Execute(internal::SyncOp(OpKind::kPut, key, value, deadline)));
 }
 
 absl::StatusOr<uint64_t> Client::Delete(std::string_view key, absl::Time deadline) {
-  OpRequest op;
-  op.kind = OpKind::kDelete;
-  op.key = key;
-  op.deadline = deadline;
-  OpResult r = impl_->Execute(op);
-  if (!r.status.ok()) return r.status;
-  return r.version;
+  return internal::AsVersion(impl_->Execute(internal::SyncOp(OpKind::kDelete, key, {}, deadline)));
 }
 
 absl::Status Client::Ping(absl::Time deadline) {
-  OpRequest op;
-  op.kind = OpKind::kPing;
-  op.deadline = deadline;
-  return impl_->Execute(op).status;
+  return impl_->Execute(internal::SyncOp(OpKind::kPing, {}, {}, deadline)).status;
 }
 
 OpResult Client::Execute(const OpRequest& op) { return impl_->Execute(op); }

@@ -21,6 +21,7 @@
 #include "absl/strings/str_join.h"
 #include "client_impl.h"
 #include "cluster_map.h"
+#include "sync_ops.h"
 
 namespace kvnode::client {
 namespace {
@@ -764,42 +765,20 @@ absl::StatusOr<std::unique_ptr<ClusterClient>> ClusterClient::Connect(
 }
 
 absl::StatusOr<GetResult> ClusterClient::Get(std::string_view key, absl::Time deadline) {
-  OpRequest op;
-  op.kind = OpKind::kGet;
-  op.key = key;
-  op.deadline = deadline;
-  OpResult r = impl_->Execute(op);
-  if (!r.status.ok()) return r.status;
-  return GetResult{std::string(r.value), r.version};
+  return internal::AsGet(impl_->Execute(internal::SyncOp(OpKind::kGet, key, {}, deadline)));
 }
 
 absl::StatusOr<uint64_t> ClusterClient::Put(std::string_view key, std::string_view value,
                                             absl::Time deadline) {
-  OpRequest op;
-  op.kind = OpKind::kPut;
-  op.key = key;
-  op.value = value;
-  op.deadline = deadline;
-  OpResult r = impl_->Execute(op);
-  if (!r.status.ok()) return r.status;
-  return r.version;
+  return internal::AsVersion(impl_->Execute(internal::SyncOp(OpKind::kPut, key, value, deadline)));
 }
 
 absl::StatusOr<uint64_t> ClusterClient::Delete(std::string_view key, absl::Time deadline) {
-  OpRequest op;
-  op.kind = OpKind::kDelete;
-  op.key = key;
-  op.deadline = deadline;
-  OpResult r = impl_->Execute(op);
-  if (!r.status.ok()) return r.status;
-  return r.version;
+  return internal::AsVersion(impl_->Execute(internal::SyncOp(OpKind::kDelete, key, {}, deadline)));
 }
 
 absl::Status ClusterClient::Ping(absl::Time deadline) {
-  OpRequest op;
-  op.kind = OpKind::kPing;
-  op.deadline = deadline;
-  return impl_->Execute(op).status;
+  return impl_->Execute(internal::SyncOp(OpKind::kPing, {}, {}, deadline)).status;
 }
 
 OpResult ClusterClient::Execute(const OpRequest& op) { return impl_->Execute(op); }
