@@ -25,7 +25,10 @@
 # CMake emits suits shared objects, and glog's archive needs gflags and
 # libunwind, which libglog.so brought itself.
 set -euo pipefail
-allow='^(absl_.*|glog|gflags|gflags_nothreads|snappy|z|bz2|lz4|zstd|xxhash|rocksdb|ibverbs)$'
+# gRPC and protobuf (the cluster's etcd client) with everything Debian's
+# grpc++.pc names: their shared objects would bring ~40 shared Abseil
+# libraries beside the executable's static copy.
+allow='^(absl_.*|glog|gflags|gflags_nothreads|snappy|z|bz2|lz4|zstd|xxhash|rocksdb|ibverbs|grpc\+\+|grpc|gpr|upb|address_sorting|re2|cares|protobuf|ssl|crypto)$'
 args=()
 group=()
 add_group() {

@@ -30,7 +30,7 @@ deploy/install-deps.sh
 section "layout and format"
 deploy/dev/check-layout.sh
 deploy/dev/check-prose.sh
-find base rdma storage proto upgrade server node client tools tests \( -name '*.cc' -o -name '*.h' \) \
+find base rdma storage proto upgrade cluster server node client tools tests \( -name '*.cc' -o -name '*.h' \) \
   -print0 | xargs -0 clang-format --dry-run --Werror
 echo "clang-format: clean"
 
@@ -44,7 +44,7 @@ cmake --build build -j "$jobs"
 tsa_build() {
   CC=clang CXX=clang++ cmake --fresh -S . -B build-tsa -DCMAKE_BUILD_TYPE=Debug -DKVNODE_WERROR=ON \
     -DCMAKE_CXX_FLAGS=-Wthread-safety >build/configure-tsa.log 2>&1 || { cat build/configure-tsa.log; return 1; }
-  cmake --build build-tsa -j "$jobs" --target kvbase kvrdma kvstorage kvproto kvupgrade kvserver \
+  cmake --build build-tsa -j "$jobs" --target kvbase kvrdma kvstorage kvproto kvupgrade kvcluster kvserver \
     kvnode_node kvclient kvload_core kvfill_lib >build/build-tsa.log 2>&1 ||
     { grep -B2 -A6 -E 'error|warning' build/build-tsa.log; return 1; }
   echo "thread-safety analysis: clean"

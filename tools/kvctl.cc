@@ -3,7 +3,9 @@
 //   kvctl [--admin_socket PATH] [--json] [--timeout_ms N] COMMAND [ARGS]
 //
 // Commands: ping, stats, metrics (Prometheus text), mrs, clients, memory,
-// upgrade [--binary PATH] [--no_wait] [--timeout_s N], drain [SECONDS].
+// upgrade [--binary PATH] [--no_wait] [--timeout_s N], drain [SECONDS];
+// and, against etcd rather than a node, cluster init|status
+// (kvctl_cluster.h).
 // Human-readable output by default, the node's raw JSON with --json. Exit
 // status: 0 ok, 1 the node answered an error (for `upgrade`: refused or
 // rolled back), 2 no answer (not running, wrong socket, time-out) or bad
@@ -30,6 +32,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "kvctl_cluster.h"
 #include "kvnode/base/version.h"
 #include "kvnode/client/admin.h"
 #include "nlohmann/json.hpp"
@@ -316,20 +319,27 @@ int main(int argc, char** argv) {
       "            upgrade [--binary PATH] [--no_wait] [--timeout_s N]  (waits for the\n"
       "                              outcome: exit 1 when the upgrade rolled back) |\n"
       "            drain [SECONDS]  (refuse new sessions; the node exits once its clients\n"
-      "                              have left, or after SECONDS, default 300)");
+      "                              have left, or after SECONDS, default 300)\n"
+      "  kvctl cluster init --etcd_endpoints E --cluster NAME --nodes a,b,c [--slots N]\n"
+      "  kvctl cluster status --etcd_endpoints E --cluster NAME [--json]");
   // --help lists this program's own flags; --helpfull adds gflags' and glog's.
   gflags::ParseCommandLineNonHelpFlags(&argc, &argv, true);
   if (FLAGS_help) {
     FLAGS_help = false;
-    FLAGS_helpmatch = __FILE__;
+    FLAGS_helpmatch = "tools/kvctl";  // kvctl.cc and kvctl_cluster.cc
   }
   gflags::HandleCommandLineHelpFlags();
   if (argc < 2) {
-    std::fprintf(
-        stderr, "kvctl: no command (ping, stats, metrics, mrs, clients, memory, upgrade, drain)\n");
+    std::fprintf(stderr,
+                 "kvctl: no command (ping, stats, metrics, mrs, clients, memory, upgrade, drain, "
+                 "cluster)\n");
     return 2;
   }
   const std::string cmd = argv[1];
+  if (cmd == "cluster") {
+    return kvnode::tools::ClusterCommand(std::vector<std::string>(argv + 2, argv + argc),
+                                         FLAGS_json);
+  }
   static const std::vector<std::string> kCommands = {"ping",    "stats",  "metrics", "mrs",
                                                      "clients", "memory", "upgrade", "drain"};
   if (std::find(kCommands.begin(), kCommands.end(), cmd) == kCommands.end()) {

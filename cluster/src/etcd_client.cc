@@ -16,6 +16,10 @@ namespace {
 using base::Av;
 
 absl::Status CheckEndpoint(std::string_view ep) {
+  if (ep.find("://") != std::string_view::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--etcd_endpoints: '", Av(ep), "' is a URL; give host:port (etcd's client port)"));
+  }
   size_t colon = ep.rfind(':');
   uint32_t port = 0;
   if (colon == std::string_view::npos || colon == 0 ||
@@ -28,14 +32,16 @@ absl::Status CheckEndpoint(std::string_view ep) {
 
 // Keepalive pings find a dead connection under an idle watch; short
 // reconnect backoff lets a restarted etcd be used within a second or so
-// (gRPC's default backoff grows to two minutes).
+// (gRPC's default backoff grows to two minutes). gRPC also takes the minimum
+// backoff as each connection attempt's deadline: 1 s lets a busy etcd finish
+// its handshake.
 grpc::ChannelArguments ChannelArgs() {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 0);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 1000);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   args.SetInt(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, 64 << 20);
   return args;
@@ -110,7 +116,13 @@ void GrpcEtcdClient::Failed(const absl::Status& s) {
   }
 }
 
+// wait_for_ready: a call made while the channel is reconnecting waits (up to
+// its deadline) instead of failing at once. It matters beyond latency: with
+// gRPC's synchronous API a connection attempt only makes progress while some
+// call polls, so fail-fast calls against a channel in TRANSIENT_FAILURE can
+// keep it from ever reconnecting.
 void GrpcEtcdClient::SetDeadline(grpc::ClientContext* ctx) const {
+  ctx->set_wait_for_ready(true);
   ctx->set_deadline(std::chrono::system_clock::now() +
                     absl::ToChronoNanoseconds(options().rpc_deadline));
 }

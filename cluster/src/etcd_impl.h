@@ -59,7 +59,7 @@ class GrpcEtcdClient final : public EtcdClient {
   // call to it failed as unreachable.
   const EtcdConn& conn() const { return conns_[current_.load() % conns_.size()]; }
   void Failed(const absl::Status& s);
-  // A context whose deadline is rpc_deadline from now.
+  // Gives a call its deadline (rpc_deadline from now) and wait_for_ready.
   void SetDeadline(grpc::ClientContext* ctx) const;
 
  private:

@@ -83,6 +83,7 @@ class NodeSessionImpl final : public NodeSession {
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   bool handed_off_ ABSL_GUARDED_BY(mu_) = false;
+  bool ticking_ ABSL_GUARDED_BY(mu_) = false;  // the lease thread is in a pass
   bool member_dirty_ ABSL_GUARDED_BY(mu_) = true;
   bool refused_reported_ ABSL_GUARDED_BY(mu_) = false;
   Member self_ ABSL_GUARDED_BY(mu_);
@@ -132,9 +133,21 @@ void NodeSessionImpl::UpdateMember(Member self) {
   cv_.notify_all();
 }
 
+// Waits (bounded) for a pass of the lease thread already under way: it may
+// still write the member key, and the new process's writes must come after.
 int64_t NodeSessionImpl::HandOffLease() {
+  const auto until =
+      std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(options_.rpc_deadline * 4);
   AnnotatedLock l(&mu_);
   handed_off_ = true;
+  Lockable lk{&mu_};
+  while (ticking_) {
+    if (cv_.wait_until(lk, until) == std::cv_status::timeout) {
+      LOG(WARNING) << "cluster " << options_.cluster
+                   << ": handing the lease over while an etcd call is still under way";
+      break;
+    }
+  }
   return lease_;
 }
 
@@ -211,6 +224,7 @@ std::optional<NodeSessionImpl::Plan> NodeSessionImpl::MakePlan() {
   // deleted it): write it again.
   bool lost = status_.registered && !own_key_seen_ && seen_revision_ >= claimed_revision_;
   plan.write_member = member_dirty_ || !status_.registered || lost;
+  ticking_ = true;
   return plan;
 }
 
@@ -224,6 +238,8 @@ absl::Status NodeSessionImpl::Tick() {
 
 void NodeSessionImpl::AfterTick(const absl::Status& s) {
   AnnotatedLock l(&mu_);
+  ticking_ = false;
+  cv_.notify_all();  // HandOffLease may wait for this pass
   session_error_ = s.ok() ? "" : std::string(s.message());
   status_.etcd_connected = !IsConnectionError(s);
   if (!s.ok() && IsConnectionError(s)) {

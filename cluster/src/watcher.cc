@@ -144,6 +144,7 @@ etcdserverpb::WatchRequest WatcherImpl::CreateRequest() const {
 absl::Status WatcherImpl::WatchOnce() {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + kStreamLifetime);
+  ctx.set_wait_for_ready(true);  // see GrpcEtcdClient::SetDeadline
   {
     AnnotatedLock l(&mu_);
     if (stop_) return absl::CancelledError("watcher stopped");
@@ -151,12 +152,12 @@ absl::Status WatcherImpl::WatchOnce() {
   }
   auto stream = client_->conn().watch->Watch(&ctx);
   absl::Status why;
+  bool given_up = false;  // by Handle: the server's side is still open
   if (stream->Write(CreateRequest())) {
     etcdserverpb::WatchResponse resp;
-    while (stream->Read(&resp) && Handle(resp, &why)) {
-    }
+    while (!given_up && stream->Read(&resp)) given_up = !Handle(resp, &why);
   }
-  ctx.TryCancel();
+  if (given_up) ctx.TryCancel();
   grpc::Status end = stream->Finish();
   {
     AnnotatedLock l(&mu_);
@@ -185,6 +186,16 @@ bool WatcherImpl::Handle(const etcdserverpb::WatchResponse& resp, absl::Status* 
     return false;
   }
   if (resp.created()) {
+    // A store behind the revisions already delivered lost its data (or is
+    // another etcd cluster): a watch from our revision would wait for a
+    // future that never matches the past, so re-read instead.
+    if (resp.header().revision() < next_revision_ - 1) {
+      LOG(WARNING) << "etcd watch of " << prefix_ << ": the store is at revision "
+                   << resp.header().revision() << ", behind " << next_revision_ - 1
+                   << " already seen; re-reading";
+      next_revision_ = 0;
+      return false;
+    }
     if (!reported_ok_) ReportState(absl::OkStatus());
     return true;
   }

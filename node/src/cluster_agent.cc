@@ -272,9 +272,13 @@ int64_t ClusterAgent::HandOffLease() {
     absl::MutexLock l(&persist_mu_);
     persist_ = false;
   }
-  absl::MutexLock l(&mu_);
-  handed_off_ = true;
-  const int64_t lease = session_ != nullptr ? session_->HandOffLease() : 0;
+  std::shared_ptr<cluster::NodeSession> session;
+  {
+    absl::MutexLock l(&mu_);
+    handed_off_ = true;
+    session = session_;
+  }
+  const int64_t lease = session != nullptr ? session->HandOffLease() : 0;
   LOG(INFO) << "cluster: lease " << lease << " handed to the new process (no longer renewed here)";
   return lease;
 }
@@ -349,7 +353,7 @@ void ClusterAgent::ShutdownStarted() {
 }
 
 void ClusterAgent::Stop() {
-  std::unique_ptr<cluster::NodeSession> session;
+  std::shared_ptr<cluster::NodeSession> session;
   bool revoke;
   {
     absl::MutexLock l(&mu_);
@@ -386,16 +390,11 @@ void ClusterAgent::Monitor() {
                      << gate_->epoch() << " meanwhile)";
       }
     }
-    if (s.registered && (!prev.registered || s.lease_id != prev.lease_id)) {
-      LOG(INFO) << "cluster: registered "
-                << cluster::MemberKey(identity_.cluster, identity_.node_id) << " with lease "
-                << s.lease_id << " (TTL " << options_.lease_ttl_s << " s"
-                << (prev.lease_id != 0 && prev.lease_id != s.lease_id
-                        ? absl::StrCat("; lease ", prev.lease_id, " had expired")
-                        : std::string())
-                << ")";
-    } else if (!s.registered && prev.registered) {
-      LOG(WARNING) << "cluster: lease " << prev.lease_id << " lost: " << s.last_error;
+    // The session logs each registration with its lease; this says when
+    // the node stopped holding one.
+    if (!s.registered && prev.registered) {
+      LOG(WARNING) << "cluster: member key not held (lease " << prev.lease_id
+                   << "): " << s.last_error;
     }
     if (s.map_errors > prev.map_errors) {
       LOG(WARNING) << "cluster: stored map refused, keeping epoch " << gate_->epoch() << ": "

@@ -23,7 +23,9 @@
 //      starts its session only after HandOver) and resumes them only in
 //      UpgradeRolledBack, after the new one was killed.
 //   2. No method waits on etcd, except Stop(), for at most one rpc deadline
-//      (the revoke).
+//      (the revoke), and HandOffLease(), for an etcd round of the session
+//      already under way (at most 4 rpc deadlines); neither holds a lock
+//      another thread's call could wait for meanwhile.
 //
 // Thread safety: every method may be called from any thread; the map
 // callback runs on the session's watch thread.
@@ -132,9 +134,11 @@ class ClusterAgent final : public upgrade::ClusterMember {
   void LoadPersistedMap(const char* when);
   // The session's on_map (watch thread): publish, then persist.
   void OnMap(proto::ShardMap map);
-  // Publishes `map` as this node's view and logs what changed.
-  void Publish(proto::ShardMap map, const char* source);
-  void Persist(const proto::ShardMap& map);
+  // Publishes `map` as this node's view and logs what changed (under
+  // persist_mu_: one publisher at a time, so the log compares in order).
+  void Publish(proto::ShardMap map, const char* source) ABSL_EXCLUSIVE_LOCKS_REQUIRED(persist_mu_);
+  // Writes the map file unless the lease was handed off or it holds `map`.
+  void Persist(const proto::ShardMap& map) ABSL_EXCLUSIVE_LOCKS_REQUIRED(persist_mu_);
   // Creates and starts the session for `self` (adopting `lease` if > 0).
   absl::Status StartSession(const cluster::Member& self, int64_t lease);
   // Sets the member's state and rewrites the key (if a session runs and the
@@ -149,7 +153,9 @@ class ClusterAgent final : public upgrade::ClusterMember {
   const std::shared_ptr<server::ShardGate> gate_;
 
   mutable absl::Mutex mu_;
-  std::unique_ptr<cluster::NodeSession> session_ ABSL_GUARDED_BY(mu_);
+  // Shared: HandOffLease calls it outside mu_ (it may wait for an etcd
+  // round under way), possibly from an upgrade thread that outlives Stop().
+  std::shared_ptr<cluster::NodeSession> session_ ABSL_GUARDED_BY(mu_);
   cluster::Member self_ ABSL_GUARDED_BY(mu_);
   bool handed_off_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -580,10 +580,19 @@ absl::Status OldSide::SendHandOver(const std::shared_ptr<Attempt>& ap) {
     a.step = "o_handover";
     a.lease = deadline;
     ch = &*a.channel;
-    // Under mu with handover_sending (HandOffLease does not block): any
-    // rollback comes after it, fences N, then takes the lease back
-    // (UpgradeRolledBack).
-    if (options_.cluster != nullptr) ho.cluster_lease = options_.cluster->HandOffLease();
+  }
+  if (options_.cluster != nullptr) {
+    // After handover_sending: a rollback from here fences N before it takes
+    // the lease back (UpgradeRolledBack). HandOffLease may wait for an etcd
+    // round under way, so not under mu.
+    ho.cluster_lease = options_.cluster->HandOffLease();
+    if (a.Abandoned()) {
+      // The watchdog's rollback may have taken the lease back before it was
+      // handed off here: take it back (again). One that comes after this
+      // check comes after the handoff too.
+      options_.cluster->UpgradeRolledBack();
+      return absl::AbortedError("the upgrade watchdog took over");
+    }
   }
   if (absl::Status s = ch->Send(ho, fds, deadline); !s.ok()) {
     return WithContext(s, "sending HandOver");

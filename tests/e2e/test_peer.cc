@@ -208,6 +208,7 @@ std::unique_ptr<Session> Open(const OpenOptions& o) {
   h.resume_secret = o.resume_secret;
   h.auth_token = ReadToken();
   h.client_name = Config().tool;
+  h.features = o.features;
   if (!proto::WriteControl(s->fd, h, Deadline()).ok()) Fail("send Hello");
   s->w = Expect<proto::Welcome>(s->fd, "Welcome");
   absl::StatusOr<storage::Geometry> g = storage::Geometry::Decode(s->w.index_geometry);

@@ -101,6 +101,7 @@ struct OpenOptions {
   rdma::QpOptions qp;                   // our QP's options (remote_access forced to 0)
   const Verbs* verbs = nullptr;         // nullptr: a device, PD and CQ of the session's own
   bool finish = true;                   // false: stop after Welcome (no QP, no Ready)
+  uint64_t features = 0;                // Hello.features
 };
 // Verbs, buffer and MR, then Hello (client name Config().tool, the token)
 // .. Welcome .. QP, ClientQp .. Ready.

@@ -18,8 +18,8 @@
 //     <hex> (pid P, endpoint E)", on_refused called, and the session retries
 //     (the other's lease may expire).
 //  3. Nothing here blocks its caller on etcd: every public method returns
-//     without an etcd round trip, except Stop(revoke=true) which waits at
-//     most one rpc_deadline for the revoke.
+//     without an etcd round trip, except Stop(revoke=true), which waits at
+//     most one rpc_deadline for the revoke, and HandOffLease (below).
 //  4. on_map runs on the session's watch thread, on_refused on its lease
 //     thread; each one call at a time, never after Stop returns. Neither may
 //     call Stop.
@@ -91,7 +91,9 @@ class NodeSession {
   // Rewrites the member value (state, generation, ...), asynchronously.
   virtual void UpdateMember(Member self) = 0;
   // Stops keepalives without revoking and returns the lease id (0 if none),
-  // for the new process of a live upgrade. Watching continues.
+  // for the new process of a live upgrade. Watching continues. Waits for an
+  // etcd round of the lease thread already under way (at most 4 rpc
+  // deadlines), so that no write of this session follows the new process's.
   virtual int64_t HandOffLease() = 0;
   // Takes the lease back after a rolled-back upgrade (re-registers if it
   // expired meanwhile).

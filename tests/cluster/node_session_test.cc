@@ -1,0 +1,278 @@
+// NodeSession against a real etcd (etcd_fixture.h): registration, the map
+// it delivers, refusal of a duplicate node id, a malformed stored map, etcd
+// going away and coming back, a lost lease, and the live upgrade's handoff.
+#include "kvnode/cluster/node_session.h"
+
+#include <mutex>
+
+#include "etcd_fixture.h"
+#include "gtest/gtest.h"
+#include "kvnode/cluster/keys.h"
+#include "kvnode/cluster/map_json.h"
+
+namespace kvnode::cluster {
+namespace {
+
+using kvnode::testing::EtcdTest;
+using kvnode::testing::WaitUntil;
+
+constexpr char kInstanceA[] = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+constexpr char kInstanceB[] = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+
+// What a session reported through its callbacks.
+struct Seen {
+  std::mutex mu;
+  std::vector<proto::ShardMap> maps;
+  std::vector<absl::Status> refusals;
+
+  NodeSessionCallbacks Callbacks() {
+    return {.on_map =
+                [this](proto::ShardMap m) {
+                  std::lock_guard<std::mutex> l(mu);
+                  maps.push_back(std::move(m));
+                },
+            .on_refused =
+                [this](const absl::Status& s) {
+                  std::lock_guard<std::mutex> l(mu);
+                  refusals.push_back(s);
+                }};
+  }
+  std::optional<proto::ShardMap> last() {
+    std::lock_guard<std::mutex> l(mu);
+    if (maps.empty()) return std::nullopt;
+    return maps.back();
+  }
+  size_t count() {
+    std::lock_guard<std::mutex> l(mu);
+    return maps.size();
+  }
+};
+
+class NodeSessionTest : public EtcdTest {
+ protected:
+  void SetUp() override {
+    EtcdTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    client_ = NewClient();
+  }
+
+  void PutMap(uint64_t epoch) {
+    auto map = proto::EvenSplit("c1", 64, {"a", "b"});
+    ASSERT_TRUE(map.ok());
+    map->epoch = epoch;
+    ASSERT_TRUE(client_->Put(MapKey("c1"), EncodeMapJson(*map)).ok());
+  }
+
+  std::unique_ptr<NodeSession> NewSession(const char* instance, Seen* seen) {
+    NodeSessionOptions o;
+    o.endpoints = {etcd().endpoint()};
+    o.cluster = "c1";
+    o.node_id = "a";
+    o.instance = instance;
+    o.lease_ttl_s = 2;
+    o.rpc_deadline = absl::Milliseconds(500);
+    o.max_backoff = absl::Milliseconds(500);
+    auto s = NodeSession::Create(o, seen->Callbacks());
+    EXPECT_TRUE(s.ok()) << s.status();
+    return s.ok() ? std::move(*s) : nullptr;
+  }
+
+  static Member Self(const char* instance) {
+    Member m;
+    m.node_id = "a";
+    m.endpoint = "127.0.0.1:7000";
+    m.generation = 1;
+    m.instance = instance;
+    m.pid = 42;
+    return m;
+  }
+
+  std::optional<KeyValue> MemberKv() {
+    auto kv = client_->Get(MemberKey("c1", "a"));
+    return kv.ok() ? *kv : std::nullopt;
+  }
+
+  std::unique_ptr<EtcdClient> client_;
+};
+
+TEST_F(NodeSessionTest, RegistersAndDeliversTheAssembledMap) {
+  PutMap(1);
+  Seen seen;
+  auto session = NewSession(kInstanceA, &seen);
+  ASSERT_TRUE(session->Start(Self(kInstanceA), std::nullopt).ok());
+  ASSERT_TRUE(WaitUntil([&] {
+    auto m = seen.last();
+    return m && m->nodes[0].alive && m->nodes[0].endpoint == "127.0.0.1:7000";
+  }));
+  EXPECT_FALSE(seen.last()->nodes[1].alive);
+  NodeSessionStatus st = session->Status();
+  EXPECT_TRUE(st.etcd_connected);
+  EXPECT_TRUE(st.registered);
+  EXPECT_NE(st.lease_id, 0);
+  EXPECT_EQ(st.map_epoch, 1u);
+  EXPECT_EQ(st.registrations, 1);
+  EXPECT_EQ(st.last_error, "");
+
+  Member serving = Self(kInstanceA);
+  serving.state = MemberState::kServing;
+  session->UpdateMember(serving);
+  ASSERT_TRUE(WaitUntil([&] {
+    auto kv = MemberKv();
+    return kv && kv->value.find("\"serving\"") != std::string::npos;
+  }));
+  session->Stop(/*revoke=*/true);
+  EXPECT_FALSE(MemberKv().has_value());  // revoked with its lease
+}
+
+TEST_F(NodeSessionTest, DuplicateNodeIdOfAnotherInstanceIsRefused) {
+  PutMap(1);
+  Seen first_seen, second_seen;
+  auto first = NewSession(kInstanceA, &first_seen);
+  ASSERT_TRUE(first->Start(Self(kInstanceA), std::nullopt).ok());
+  ASSERT_TRUE(WaitUntil([&] { return first->Status().registered; }));
+  auto second = NewSession(kInstanceB, &second_seen);
+  ASSERT_TRUE(second->Start(Self(kInstanceB), std::nullopt).ok());
+  ASSERT_TRUE(WaitUntil([&] {
+    std::lock_guard<std::mutex> l(second_seen.mu);
+    return !second_seen.refusals.empty();
+  }));
+  const std::string want = std::string("node id 'a' is held by another node: instance ") +
+                           kInstanceA + " (pid 42, endpoint 127.0.0.1:7000)";
+  {
+    std::lock_guard<std::mutex> l(second_seen.mu);
+    EXPECT_NE(second_seen.refusals[0].message().find(want), absl::string_view::npos)
+        << second_seen.refusals[0];
+  }
+  NodeSessionStatus st = second->Status();
+  EXPECT_FALSE(st.registered);
+  EXPECT_NE(st.last_error.find(want), std::string::npos) << st.last_error;
+  EXPECT_NE(MemberKv()->value.find(kInstanceA), std::string::npos);  // untouched
+  EXPECT_TRUE(first->Status().registered);
+}
+
+TEST_F(NodeSessionTest, MalformedMapKeepsTheLastGoodOneAndSaysWhy) {
+  PutMap(1);
+  Seen seen;
+  auto session = NewSession(kInstanceA, &seen);
+  ASSERT_TRUE(session->Start(Self(kInstanceA), std::nullopt).ok());
+  ASSERT_TRUE(WaitUntil([&] { return seen.last() && seen.last()->nodes[0].alive; }));
+  const size_t maps_before = seen.count();
+  ASSERT_TRUE(client_->Put(MapKey("c1"), "{\"cluster\":\"c1\",\"epoch\":").ok());
+  ASSERT_TRUE(WaitUntil([&] { return session->Status().map_errors == 1; }));
+  NodeSessionStatus st = session->Status();
+  EXPECT_NE(st.last_error.find("key /kvnode/c1/map: shard map JSON: not valid JSON"),
+            std::string::npos)
+      << st.last_error;
+  EXPECT_NE(st.last_error.find("serving the last good map"), std::string::npos);
+  EXPECT_EQ(st.map_epoch, 1u);
+  EXPECT_EQ(seen.count(), maps_before);  // nothing delivered
+
+  PutMap(2);  // a good map again clears the error
+  ASSERT_TRUE(WaitUntil([&] { return seen.last()->epoch == 2; }));
+  EXPECT_EQ(session->Status().last_error, "");
+}
+
+TEST_F(NodeSessionTest, ReconnectsAndReRegistersAfterEtcdRestarts) {
+  PutMap(1);
+  Seen seen;
+  auto session = NewSession(kInstanceA, &seen);
+  ASSERT_TRUE(session->Start(Self(kInstanceA), std::nullopt).ok());
+  ASSERT_TRUE(WaitUntil([&] { return session->Status().registered; }));
+  etcd().Stop();
+  ASSERT_TRUE(WaitUntil([&] { return !session->Status().etcd_connected; }));
+  EXPECT_NE(session->Status().last_error, "");
+  ASSERT_TRUE(etcd().Start());
+  ASSERT_TRUE(WaitUntil([&] {
+    NodeSessionStatus st = session->Status();
+    return st.etcd_connected && st.registered && st.last_error.empty();
+  }));
+  EXPECT_TRUE(WaitUntil([&] { return MemberKv().has_value(); }));
+}
+
+// etcd comes back empty (its data lost): the lease is unknown there, so the
+// session registers with a new one, and the watch, whose revision the new
+// store has not reached, re-reads and finds the map written again.
+TEST_F(NodeSessionTest, ReRegistersWhenEtcdComesBackEmpty) {
+  PutMap(1);
+  Seen seen;
+  auto session = NewSession(kInstanceA, &seen);
+  ASSERT_TRUE(session->Start(Self(kInstanceA), std::nullopt).ok());
+  ASSERT_TRUE(WaitUntil([&] { return seen.last() && seen.last()->nodes[0].alive; }));
+  PutMap(2);  // move the revision on, so that the new store starts behind it
+  PutMap(3);
+  ASSERT_TRUE(WaitUntil([&] { return seen.last()->epoch == 3; }));
+  etcd().Stop();
+  etcd().WipeData();
+  ASSERT_TRUE(etcd().Start());
+  ASSERT_TRUE(WaitUntil([&] {
+    NodeSessionStatus st = session->Status();
+    return st.etcd_connected && st.registered && st.registrations == 2;
+  }));
+  EXPECT_TRUE(MemberKv().has_value());
+  PutMap(4);
+  EXPECT_TRUE(WaitUntil([&] { return seen.last()->epoch == 4 && seen.last()->nodes[0].alive; }));
+}
+
+TEST_F(NodeSessionTest, RegistersWithANewLeaseWhenTheOldOneIsGone) {
+  PutMap(1);
+  Seen seen;
+  auto session = NewSession(kInstanceA, &seen);
+  ASSERT_TRUE(session->Start(Self(kInstanceA), std::nullopt).ok());
+  ASSERT_TRUE(WaitUntil([&] { return session->Status().registered; }));
+  const int64_t old_lease = session->Status().lease_id;
+  ASSERT_TRUE(client_->LeaseRevoke(old_lease).ok());  // the key goes with it
+  ASSERT_TRUE(WaitUntil([&] {
+    NodeSessionStatus st = session->Status();
+    return st.registered && st.registrations == 2 && st.lease_id != old_lease;
+  }));
+  auto kv = MemberKv();
+  ASSERT_TRUE(kv.has_value());
+  EXPECT_EQ(kv->lease, session->Status().lease_id);
+}
+
+// The live upgrade: the old process hands its lease over and stops without
+// revoking; the new one adopts it and the member key never goes away.
+TEST_F(NodeSessionTest, HandedOverLeaseIsAdoptedAndTheKeyStays) {
+  PutMap(1);
+  Seen old_seen, new_seen;
+  auto old_session = NewSession(kInstanceA, &old_seen);
+  ASSERT_TRUE(old_session->Start(Self(kInstanceA), std::nullopt).ok());
+  ASSERT_TRUE(WaitUntil([&] { return old_session->Status().registered; }));
+  const int64_t lease = old_session->HandOffLease();
+  ASSERT_NE(lease, 0);
+  old_session->Stop(/*revoke=*/false);
+  old_session.reset();
+
+  auto new_session = NewSession(kInstanceA, &new_seen);
+  Member self = Self(kInstanceA);
+  self.generation = 2;
+  ASSERT_TRUE(new_session->Start(self, lease).ok());
+  ASSERT_TRUE(WaitUntil([&] {
+    auto kv = MemberKv();
+    return new_session->Status().registered && kv &&
+           kv->value.find("\"generation\":2") != std::string::npos;
+  }));
+  EXPECT_EQ(new_session->Status().lease_id, lease);
+  EXPECT_EQ(MemberKv()->lease, lease);
+  // Longer than the TTL: the adopted lease is kept alive by the new session.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  EXPECT_FALSE(WaitUntil([&] { return !MemberKv().has_value(); }, std::chrono::seconds(3)));
+  EXPECT_GE(std::chrono::steady_clock::now(), until);
+}
+
+TEST(NodeSessionOptionsTest, ValidateNamesTheFlag) {
+  NodeSessionOptions o;
+  o.endpoints = {"127.0.0.1:2379"};
+  o.cluster = "c1";
+  o.node_id = "a";
+  o.instance = kInstanceA;
+  EXPECT_TRUE(o.Validate().ok());
+  o.lease_ttl_s = 1;
+  EXPECT_NE(o.Validate().message().find("--etcd_lease_ttl_s"), absl::string_view::npos);
+  o.lease_ttl_s = 3;
+  o.node_id = "a/b";
+  EXPECT_NE(o.Validate().message().find("--node_id"), absl::string_view::npos);
+}
+
+}  // namespace
+}  // namespace kvnode::cluster
