@@ -69,7 +69,7 @@ kvctl cluster init --etcd_endpoints "$endpoints" --cluster "$cluster" --nodes a,
 
 start_node() { # I
   local i=$1 d="$dir/${ids[$1]}"
-  mkdir -p "$d"
+  mkdir -p -m 700 "$d"
   "$build/node/kvnode" --listen "127.0.0.1:$((port + i))" --db_path "$d/db" \
     --shm_name "kvnode-demo-$$-${ids[i]}" --admin_socket "$d/admin/admin.sock" \
     --auth_token_file "$token" --arena_size $((64 << 20)) --pid_file "$d/pid" \

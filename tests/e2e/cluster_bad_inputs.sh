@@ -97,7 +97,7 @@ kv_ok "the good map as epoch 2 taken by every node after the bad ones"
 stray_start() { # CASE FLAGS...
   local name=$1 dir="$KV_TEST_DIR/$1"
   shift
-  mkdir -p "$dir"
+  mkdir -m 700 "$dir"
   kv_free_port
   "$KV_NODE_BIN" --listen "127.0.0.1:$KV_PORT" --shm_name "kvnode-e2e-$$-$name" \
     --admin_socket "$dir/admin/admin.sock" --auth_token_file "$KV_TOKEN" \

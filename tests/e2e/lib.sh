@@ -367,7 +367,7 @@ kv_cluster_node_launch() { # I [kvnode flags...]
     KV_C_PORT[i]=$KV_PORT
     KV_C_SHM[i]="kvnode-e2e-$$-${KV_C_IDS[i]}"
     KV_C_STARTS[i]=0
-    mkdir -p "$dir"
+    mkdir -m 700 "$dir" # the node refuses group- or world-accessible dirs
   fi
   KV_C_STARTS[i]=$((KV_C_STARTS[i] + 1))
   KV_C_LOG[i]="$dir/kvnode-${KV_C_STARTS[i]}.log"
