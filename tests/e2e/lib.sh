@@ -44,6 +44,7 @@ kv_fail() {
     echo "---- last 60 lines of the node log" >&2
     tail -n 60 "$KV_LOG" >&2
   fi
+  kv_cluster_story >&2
   exit 1
 }
 
@@ -460,6 +461,22 @@ kv_cluster_stop() {
   kv_etcd_stop
   KV_PID=""
   kv_ok "cluster stopped: every node exit 0, etcd stopped"
+}
+
+# For a failed test's output: every cluster node's last warnings and
+# errors, and the member keys in etcd.
+kv_cluster_story() {
+  local i
+  for i in "${!KV_C_IDS[@]}"; do
+    [[ -f ${KV_C_LOG[i]:-} && ${KV_C_LOG[i]} != "${KV_LOG:-}" ]] || continue
+    echo "---- node ${KV_C_IDS[i]}: last 10 warnings and errors (${KV_C_LOG[i]})"
+    grep -a '^[WEF][0-9]' "${KV_C_LOG[i]}" | tail -n 10
+  done
+  if [[ -n $KV_ETCD_PID ]]; then
+    echo "---- etcd: the cluster's keys"
+    kv_etcdctl get --prefix "/kvnode/$KV_CLUSTER/" 2>&1 | tail -n 20
+  fi
+  return 0
 }
 
 # Leftovers of a failed test: every node's process (by its pid file too: a
