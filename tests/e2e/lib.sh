@@ -45,7 +45,20 @@ kv_fail() {
     tail -n 60 "$KV_LOG" >&2
   fi
   kv_cluster_story >&2
+  kv_keep_logs
   exit 1
+}
+
+# A failed test's logs (not its databases) go to KV_KEEP_DIR/TEST
+# [build/e2e-failed]: the guest's /tmp does not outlive it.
+kv_keep_logs() {
+  [[ -n ${KV_TEST_DIR:-} && -d $KV_TEST_DIR ]] || return 0
+  local keep="${KV_KEEP_DIR:-$KV_BUILD/e2e-failed}/$KV_TEST"
+  rm -rf "$keep" && mkdir -p "$keep" || return 0
+  (cd "$KV_TEST_DIR" && find . -type f \( -name '*.log' -o -name '*.json' -o -name '*.tsv' \
+    -o -name '*.out' \) -not -path '*/db/*' -not -path './etcd/*' -print0 |
+    xargs -0r cp --parents -t "$keep") 2>/dev/null || true
+  echo "---- logs kept in $keep" >&2
 }
 
 # Device tests must run: without a device say why and fail (contract).
@@ -500,7 +513,8 @@ kv_node_stat() { # I KEY
   a=$(kv_node_admin "$1" stats) || return 1
   kv_json_num "$a" "${2##*.}"
 }
-kv_node_stat_is() { [[ $(kv_node_stat "$1" "$2") == "$3" ]]; }
+# Gauges the node adds (cluster_*) are doubles in the JSON: 1.0 is 1.
+kv_node_stat_is() { local v; v=$(kv_node_stat "$1" "$2") && [[ ${v%.0} == "$3" ]]; }
 kv_node_stat_at_least() { local v; v=$(kv_node_stat "$1" "$2") && [[ -n $v && ${v%.*} -ge $3 ]]; }
 
 # Waits until every running node (or the nodes I...) has applied N more PUTs
@@ -541,7 +555,8 @@ kv_cluster_load_stop() { # strict|lenient
   wait "$KV_LOAD_PID" || rc=$?
   KV_LOAD_PID=""
   if [[ $rc -ne 0 && ($1 == strict || $rc -ne 1) ]]; then
-    tail -n 30 "$KV_LOAD_LOG" >&2
+    grep -a -m 5 'failed:' "$KV_LOAD_LOG" >&2
+    tail -n 12 "$KV_LOAD_LOG" >&2
     kv_fail "kvload exited $rc"
   fi
   ! grep -a -- "--history:" "$KV_LOAD_LOG" >&2 || kv_fail "kvload's history was not all written"
@@ -585,7 +600,7 @@ n, gen = int(sys.argv[2]), (int(sys.argv[3]) if len(sys.argv) > 3 else None)
 nodes = s["nodes"]
 if isinstance(nodes, dict):
     nodes = [dict(v, node_id=k) for k, v in nodes.items()]
-ok = len(nodes) == n and all(x.get("state") == "serving" for x in nodes)
+ok = s["etcd"]["ok"] and len(nodes) == n and all(x.get("state") == "serving" for x in nodes)
 if gen is not None:
     ok = ok and all(int(x.get("generation", 0)) == gen for x in nodes)
 sys.exit(0 if ok else 1)
