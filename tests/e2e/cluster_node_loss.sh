@@ -25,10 +25,10 @@ h="$KV_TEST_DIR/history.tsv"
 kv_cluster_load load --keys 300 --distribution uniform --read_ratio 0.5 --clients 4 --depth 4 \
   --history "$h" --timeout_ms 60000
 
-# Milliseconds since local midnight: of a glog line ("E1207 05:33:34.123456 ...")
+# Milliseconds since local midnight: of a glog line ("E20261207 05:33:34.123456 ...")
 # and of an $EPOCHREALTIME reading. kvload logs in the local zone, as printf does.
 log_ms() {
-  [[ $1 =~ ^[EWIF][0-9]{4}\ ([0-9]{2}):([0-9]{2}):([0-9]{2})\.([0-9]{3}) ]] || return 1
+  [[ $1 =~ ^[EWIF][0-9]{4,8}\ ([0-9]{2}):([0-9]{2}):([0-9]{2})\.([0-9]{3}) ]] || return 1
   echo $(((10#${BASH_REMATCH[1]} * 3600 + 10#${BASH_REMATCH[2]} * 60 + 10#${BASH_REMATCH[3]}) * 1000 + 10#${BASH_REMATCH[4]}))
 }
 clock_ms() {
