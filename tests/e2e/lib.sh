@@ -550,12 +550,12 @@ kv_cluster_load() { # NAME [kvload flags...]
 # Stops the background kvload (SIGINT: it drains, writes its report and
 # history). strict: exit 0 required; lenient: 1 (failed operations) allowed.
 kv_cluster_load_stop() { # strict|lenient
-  kill -INT "$KV_LOAD_PID"
+  kill -INT "$KV_LOAD_PID" 2>/dev/null || true # it may have exited (crashed) already
   local rc=0
   wait "$KV_LOAD_PID" || rc=$?
   KV_LOAD_PID=""
   if [[ $rc -ne 0 && ($1 == strict || $rc -ne 1) ]]; then
-    grep -a -m 5 'failed:' "$KV_LOAD_LOG" >&2
+    grep -a -m 5 'failed:\|verify' "$KV_LOAD_LOG" >&2 || true
     tail -n 12 "$KV_LOAD_LOG" >&2
     kv_fail "kvload exited $rc"
   fi
