@@ -576,7 +576,7 @@ kv_history_check() { # HISTORY [WANT...]
     [[ $kinds == *"$want,"* ]] || kv_fail "no '$want' in the history $h ($kinds)"
   done
   out=$("$KV_KVHISTORY" "$h" 2>&1) || rc=$?
-  echo "$out" >&2
+  grep -v ': linearizable (' <<<"$out" | tail -n 20 >&2 || true # one line per key otherwise
   ((rc == 0)) || kv_fail "kvhistory exited $rc on $h (kept in $KV_TEST_DIR)"
   kv_ok "$(($(wc -l <"$h") - 1)) operations in $h, linearizable"
 }
