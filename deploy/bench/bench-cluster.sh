@@ -91,6 +91,8 @@ if [[ $mode == --inner ]]; then
   kv_wait_for $((KV_ETCD_TTL + 30)) unavailable || kv_fail "no SHARD_UNAVAILABLE after b's loss"
   kv_cluster_more_puts 100 "b's loss" 0 2
   kv_cluster_load_stop lenient
+  cp "$KV_LOAD_LOG" "$out/loss.log"
+  cp "$KV_LOAD_REPORT" "$out/loss.json"
   "$KV_BUILD/tests/e2e/kvnode_key_owner" --ranges "$ranges" "$out/loss.tsv" >"$out/loss-owners.tsv"
   kv_cluster_stop
 
