@@ -151,9 +151,10 @@ print(f"| map epoch change -> every client | p50 {probe['every_client_ms']['p50'
       f"{probe['client_ms']['p99']:.1f} ms |")
 print(f"| node loss -> its slots' first failed op | {loss['to_first_failure_ms']:.0f} ms | "
       f"op deadline 5000 ms, lease TTL |")
-print(f"| node loss -> first SHARD_UNAVAILABLE | {loss['to_shard_unavailable_ms']} ms | lease TTL |")
-print(f"| other slots' p99 in that window | {loss['other_p99_window_us']} us "
-      f"({loss['window_ops']} ops) | steady {loss['other_p99_steady_us']} us |")
+su = loss["to_shard_unavailable_ms"]
+print(f"| node loss -> first SHARD_UNAVAILABLE | {su if su is None else round(su)} ms | lease TTL |")
+print(f"| other slots' p99 in that window | {loss['other_p99_window_us']:.0f} us "
+      f"({loss['window_ops']} ops) | steady {loss['other_p99_steady_us']:.0f} us |")
 PY
   echo "figures: $out/bench-cluster.json"
   exit 0
