@@ -69,7 +69,7 @@ kvctl cluster init --etcd_endpoints "$endpoints" --cluster "$cluster" --nodes a,
 
 start_node() { # I
   local i=$1 d="$dir/${ids[$1]}"
-  mkdir -p "$d"
+  mkdir -p -m 700 "$d"
   "$build/node/kvnode" --listen "127.0.0.1:$((port + i))" --db_path "$d/db" \
     --shm_name "kvnode-demo-$$-${ids[i]}" --admin_socket "$d/admin/admin.sock" \
     --auth_token_file "$token" --arena_size $((64 << 20)) --pid_file "$d/pid" \
@@ -89,10 +89,13 @@ KV_AWAIT_INTERVAL=0.2 kv_await 60 serving 3 || fail "not three nodes serving wit
 status
 
 echo "== kvload --cluster: $keys keys, YCSB A, 4 clients, each with a session to every node"
+# A 5 s deadline per operation: those in flight to b when it dies wait it
+# out (the client fails at once only new operations of a node the map says
+# is down), and the clients' other operations wait behind them.
 seeds="127.0.0.1:$port,127.0.0.1:$((port + 1)),127.0.0.1:$((port + 2))"
 "$build/tools/kvload" --cluster "$seeds" --auth_token_file "$token" --workload A \
   --keys "$keys" --distribution uniform --clients 4 --threads 2 --depth 4 --preload \
-  --duration 100000 --timeout_ms 60000 --progress=false --report "$dir/report.json" \
+  --duration 100000 --timeout_ms 5000 --progress=false --report "$dir/report.json" \
   >"$dir/kvload.log" 2>&1 &
 load_pid=$!
 until grep -aq '^kvload: preloaded' "$dir/kvload.log"; do

@@ -16,12 +16,13 @@
 #              BENCH_CHANGES changes; p50/p99/max per client and for the
 #              slowest client of each change
 #   loss       kvload --cluster --history (4 clients, depth 4, YCSB A,
-#              uniform) for BENCH_STEADY_S s, then SIGKILL of node b: the time
-#              from b's last answered operation to its slots' first
-#              SHARD_UNAVAILABLE (the lease TTL is BENCH_TTL s), and the p99
-#              latency of a's and c's operations in that window against
-#              their p99 in the steady stretch before it (all from the
-#              history's one clock; kvnode_key_owner names each key's node)
+#              uniform, 5 s deadline) for BENCH_STEADY_S s, then SIGKILL of
+#              node b: the time from b's last answered operation to its
+#              slots' first failed one, and the p99 latency of a's and c's
+#              operations in that window against their p99 in the steady
+#              stretch before it (the history's one clock; kvnode_key_owner
+#              names each key's node); and from the kill to kvload's first
+#              SHARD_UNAVAILABLE (its log's time; the lease TTL is BENCH_TTL s)
 #
 #   deploy/bench/bench-cluster.sh                 build in build/, run (VM if needed)
 #   KVNODE_BUILD_DIR=DIR deploy/bench/bench-cluster.sh --no-build
@@ -82,19 +83,22 @@ if [[ $mode == --inner ]]; then
   echo "== loss: ${BENCH_STEADY_S:-5} s steady, then SIGKILL of node b (lease TTL $KV_ETCD_TTL s)"
   ranges=$(kv_cluster_ranges)
   kv_cluster_load loss --keys "$keys" --workload A --distribution uniform --clients 4 --depth 4 \
-    --history "$out/loss.tsv" --timeout_ms 60000
+    --history "$out/loss.tsv" --timeout_ms 5000
   kv_nap "${BENCH_STEADY_S:-5}" # the benchmark's steady stretch (pacing, not a synchronisation)
+  t_kill=$EPOCHREALTIME
   kv_cluster_node_kill 1
   unavailable() { grep -aq SHARD_UNAVAILABLE "$KV_LOAD_LOG"; }
   kv_wait_for $((KV_ETCD_TTL + 30)) unavailable || kv_fail "no SHARD_UNAVAILABLE after b's loss"
   kv_cluster_more_puts 100 "b's loss" 0 2
   kv_cluster_load_stop lenient
+  cp "$KV_LOAD_LOG" "$out/loss.log"
+  cp "$KV_LOAD_REPORT" "$out/loss.json"
   "$KV_BUILD/tests/e2e/kvnode_key_owner" --ranges "$ranges" "$out/loss.tsv" >"$out/loss-owners.tsv"
   kv_cluster_stop
 
-  python3 - "$out" "$reps" <<'PY'
-import glob, json, os, statistics, sys
-out, reps = sys.argv[1], int(sys.argv[2])
+  python3 - "$out" "$reps" "$t_kill" <<'PY'
+import datetime, json, os, statistics, sys
+out, reps, t_kill_wall = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
 
 def p(v, q):
     v = sorted(v)
@@ -119,13 +123,20 @@ for line in open(os.path.join(out, "loss-owners.tsv")):
 b_ok = [o[2] for o in ops if o[0] == "b" and o[3] != "failed"]
 t_kill = max(b_ok)  # b's last answer: b answered without pause until the kill
 b_failed = [o[2] for o in ops if o[0] == "b" and o[3] == "failed" and o[2] > t_kill]
-t_su = min(b_failed)
+t_su = min(b_failed)  # b's first failed operation (a deadline or SHARD_UNAVAILABLE)
+first_su_ms = None  # kvload's first SHARD_UNAVAILABLE line (glog, local time) since the kill
+for line in open(os.path.join(out, "loss.log"), errors="replace"):
+    if "SHARD_UNAVAILABLE" in line and line[:1] == "E":
+        t = datetime.datetime.strptime(line[1:25], "%Y%m%d %H:%M:%S.%f").timestamp()
+        first_su_ms = (t - t_kill_wall) * 1000
+        break
 win = [(o[2] - o[1]) / 1e3 for o in ops if o[0] != "b" and o[3] != "failed"
        and o[1] >= t_kill and o[2] <= t_su]
 span = t_su - t_kill
 steady = [(o[2] - o[1]) / 1e3 for o in ops if o[0] != "b" and o[3] != "failed"
           and t_kill - 2 * span <= o[1] and o[2] < t_kill]
-loss = {"to_unavailable_ms": span / 1e6, "window_ops": len(win),
+loss = {"to_first_failure_ms": span / 1e6, "to_shard_unavailable_ms": first_su_ms,
+        "window_ops": len(win),
         "other_p99_window_us": p(win, 99), "other_p99_steady_us": p(steady, 99),
         "steady_ops": len(steady)}
 res = {"get": get, "map": probe, "loss": loss}
@@ -138,9 +149,12 @@ print(f"| GET p50, ClusterClient | {statistics.median(get['cluster_p50_us']):.1f
 print(f"| map epoch change -> every client | p50 {probe['every_client_ms']['p50']:.1f} ms, "
       f"p99 {probe['every_client_ms']['p99']:.1f} ms | per client p99 "
       f"{probe['client_ms']['p99']:.1f} ms |")
-print(f"| node loss -> SHARD_UNAVAILABLE | {loss['to_unavailable_ms']:.0f} ms | lease TTL |")
-print(f"| other slots' p99 in that window | {loss['other_p99_window_us']} us "
-      f"({loss['window_ops']} ops) | steady {loss['other_p99_steady_us']} us |")
+print(f"| node loss -> its slots' first failed op | {loss['to_first_failure_ms']:.0f} ms | "
+      f"op deadline 5000 ms, lease TTL |")
+su = loss["to_shard_unavailable_ms"]
+print(f"| node loss -> first SHARD_UNAVAILABLE | {su if su is None else round(su)} ms | lease TTL |")
+print(f"| other slots' p99 in that window | {loss['other_p99_window_us']:.0f} us "
+      f"({loss['window_ops']} ops) | steady {loss['other_p99_steady_us']:.0f} us |")
 PY
   echo "figures: $out/bench-cluster.json"
   exit 0

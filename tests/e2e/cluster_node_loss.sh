@@ -20,15 +20,22 @@ KV_KEY_OWNER=${KV_KEY_OWNER:-$KV_BUILD/tests/e2e/kvnode_key_owner}
 kv_cluster_start 3
 ranges=$(kv_cluster_ranges) || kv_fail "cannot read the map's ranges"
 h="$KV_TEST_DIR/history.tsv"
-# Deadlines far beyond the lease: a failure inside the window can only be
-# the client's SHARD_UNAVAILABLE, never an operation's deadline.
+# Deadlines beyond TTL + 1 s: a failure inside that window can only be the
+# client's SHARD_UNAVAILABLE, never an operation's deadline.
 kv_cluster_load load --keys 300 --distribution uniform --read_ratio 0.5 --clients 4 --depth 4 \
-  --history "$h" --timeout_ms 60000
+  --history "$h" --timeout_ms 10000
+# What is wrong is collected, and the test goes on to check the rest: a
+# failed expectation about the loss must not hide one about the return.
+problems=()
+problem() {
+  kv_log "PROBLEM: $*"
+  problems+=("$*")
+}
 
-# Milliseconds since local midnight: of a glog line ("E1207 05:33:34.123456 ...")
+# Milliseconds since local midnight: of a glog line ("E20261207 05:33:34.123456 ...")
 # and of an $EPOCHREALTIME reading. kvload logs in the local zone, as printf does.
 log_ms() {
-  [[ $1 =~ ^[EWIF][0-9]{4}\ ([0-9]{2}):([0-9]{2}):([0-9]{2})\.([0-9]{3}) ]] || return 1
+  [[ $1 =~ ^[EWIF][0-9]{4,8}\ ([0-9]{2}):([0-9]{2}):([0-9]{2})\.([0-9]{3}) ]] || return 1
   echo $(((10#${BASH_REMATCH[1]} * 3600 + 10#${BASH_REMATCH[2]} * 60 + 10#${BASH_REMATCH[3]}) * 1000 + 10#${BASH_REMATCH[4]}))
 }
 clock_ms() {
@@ -46,13 +53,13 @@ kv_wait_for $((KV_ETCD_TTL + 30)) unavailable_logged ||
   kv_fail "no SHARD_UNAVAILABLE in kvload's log within $((KV_ETCD_TTL + 30)) s of b's loss"
 first=$(grep -a -m1 'SHARD_UNAVAILABLE' "$KV_LOAD_LOG")
 echo "$first" >&2
-[[ $first == *"'b'"* ]] || kv_fail "the first SHARD_UNAVAILABLE does not name node 'b'"
+[[ $first == *"'b'"* ]] || problem "the first SHARD_UNAVAILABLE does not name node 'b'"
 f_ms=$(log_ms "$first") || kv_fail "no glog time in kvload's line: $first"
 k_ms=$(clock_ms "$t_kill")
 delay=$(((f_ms - k_ms + 86400000) % 86400000))
 kv_log "first SHARD_UNAVAILABLE ${delay} ms after the kill (lease TTL ${KV_ETCD_TTL} s)"
 ((delay <= (KV_ETCD_TTL + 1) * 1000)) ||
-  kv_fail "b's slots failed ${delay} ms after the kill, more than TTL + 1 s"
+  problem "b's slots failed with SHARD_UNAVAILABLE ${delay} ms after the kill, not within TTL + 1 s"
 kv_wait_for 30 kv_cluster_serving 2 || kv_fail "etcd still lists b as serving"
 kv_cluster_more_puts 100 "b's loss" 0 2
 
@@ -64,21 +71,21 @@ kv_ok "b restarted: its slots serve the same kvload again"
 kv_cluster_more_puts 50 "b's return"
 kv_cluster_load_stop lenient
 
-python3 - "$KV_LOAD_REPORT" <<'PY' || kv_fail "kvload's report"
+python3 - "$KV_LOAD_REPORT" <<'PY' || problem "not every failed operation was SHARD_UNAVAILABLE"
 import json, sys
 r = json.load(open(sys.argv[1]))
 su = r.get("shard_unavailable", 0)
-assert su > 0, f"no shard_unavailable count in the report: {r.get('shard_unavailable')}"
-assert r["failed_ops"] == su, f"failed {r['failed_ops']} but shard_unavailable {su}"
-print(f"kvload: {r['ops']} ops, {r['failed_ops']} failed, all shard_unavailable")
+print(f"kvload: {r['ops']} ops, {r['failed_ops']} failed, {su} of them SHARD_UNAVAILABLE")
+assert su > 0 and r["failed_ops"] == su
 PY
 "$KV_KEY_OWNER" --ranges "$ranges" "$h" >"$h.owners" || kv_fail "kvnode_key_owner"
 read -r bad b_failed b_ok <<<"$(awk -F'\t' 'NR > 1 && $1 !~ /^#/ {
   if ($6 == "failed") { if ($8 == "b") bf++; else bad++ } else if ($8 == "b") bo++ }
   END { print bad + 0, bf + 0, bo + 0 }' "$h.owners")"
-((bad == 0)) || kv_fail "$bad operations on keys of a or c failed while b was down"
-((b_failed > 0)) || kv_fail "no operation on b's keys failed: the loss was not seen"
-kv_ok "b's loss failed $b_failed of its operations, none of a's or c's; $b_ok of b's succeeded"
+((bad == 0)) || problem "$bad operations on keys of a or c failed while b was down"
+((b_failed > 0)) || problem "no operation on b's keys failed: the loss was not seen"
+kv_log "b's loss failed $b_failed of its operations, $bad of a's or c's; $b_ok of b's succeeded"
 kv_history_check "$h" "PUT ok" "GET ok"
 kv_cluster_stop
+((${#problems[@]} == 0)) || kv_fail "$(printf '%s; ' "${problems[@]}")"
 echo "cluster_node_loss: PASS"

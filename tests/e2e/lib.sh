@@ -44,7 +44,21 @@ kv_fail() {
     echo "---- last 60 lines of the node log" >&2
     tail -n 60 "$KV_LOG" >&2
   fi
+  kv_cluster_story >&2
+  kv_keep_logs
   exit 1
+}
+
+# A failed test's logs (not its databases) go to KV_KEEP_DIR/TEST
+# [build/e2e-failed]: the guest's /tmp does not outlive it.
+kv_keep_logs() {
+  [[ -n ${KV_TEST_DIR:-} && -d $KV_TEST_DIR ]] || return 0
+  local keep="${KV_KEEP_DIR:-$KV_BUILD/e2e-failed}/$KV_TEST"
+  rm -rf "$keep" && mkdir -p "$keep" || return 0
+  (cd "$KV_TEST_DIR" && find . -type f \( -name '*.log' -o -name '*.json' -o -name '*.tsv' \
+    -o -name '*.out' \) -not -path '*/db/*' -not -path './etcd/*' -print0 |
+    xargs -0r cp --parents -t "$keep") 2>/dev/null || true
+  echo "---- logs kept in $keep" >&2
 }
 
 # Device tests must run: without a device say why and fail (contract).
@@ -367,7 +381,7 @@ kv_cluster_node_launch() { # I [kvnode flags...]
     KV_C_PORT[i]=$KV_PORT
     KV_C_SHM[i]="kvnode-e2e-$$-${KV_C_IDS[i]}"
     KV_C_STARTS[i]=0
-    mkdir -p "$dir"
+    mkdir -m 700 "$dir" # the node refuses group- or world-accessible dirs
   fi
   KV_C_STARTS[i]=$((KV_C_STARTS[i] + 1))
   KV_C_LOG[i]="$dir/kvnode-${KV_C_STARTS[i]}.log"
@@ -462,6 +476,22 @@ kv_cluster_stop() {
   kv_ok "cluster stopped: every node exit 0, etcd stopped"
 }
 
+# For a failed test's output: every cluster node's last warnings and
+# errors, and the member keys in etcd.
+kv_cluster_story() {
+  local i
+  for i in "${!KV_C_IDS[@]}"; do
+    [[ -f ${KV_C_LOG[i]:-} && ${KV_C_LOG[i]} != "${KV_LOG:-}" ]] || continue
+    echo "---- node ${KV_C_IDS[i]}: last 10 warnings and errors (${KV_C_LOG[i]})"
+    grep -a '^[WEF][0-9]' "${KV_C_LOG[i]}" | tail -n 10
+  done
+  if [[ -n $KV_ETCD_PID ]]; then
+    echo "---- etcd: the cluster's keys"
+    kv_etcdctl get --prefix "/kvnode/$KV_CLUSTER/" 2>&1 | tail -n 20
+  fi
+  return 0
+}
+
 # Leftovers of a failed test: every node's process (by its pid file too: a
 # live upgrade's new process is nobody's child here), etcd, shm segments.
 kv_cluster_cleanup() {
@@ -483,7 +513,8 @@ kv_node_stat() { # I KEY
   a=$(kv_node_admin "$1" stats) || return 1
   kv_json_num "$a" "${2##*.}"
 }
-kv_node_stat_is() { [[ $(kv_node_stat "$1" "$2") == "$3" ]]; }
+# Gauges the node adds (cluster_*) are doubles in the JSON: 1.0 is 1.
+kv_node_stat_is() { local v; v=$(kv_node_stat "$1" "$2") && [[ ${v%.0} == "$3" ]]; }
 kv_node_stat_at_least() { local v; v=$(kv_node_stat "$1" "$2") && [[ -n $v && ${v%.*} -ge $3 ]]; }
 
 # Waits until every running node (or the nodes I...) has applied N more PUTs
@@ -519,12 +550,13 @@ kv_cluster_load() { # NAME [kvload flags...]
 # Stops the background kvload (SIGINT: it drains, writes its report and
 # history). strict: exit 0 required; lenient: 1 (failed operations) allowed.
 kv_cluster_load_stop() { # strict|lenient
-  kill -INT "$KV_LOAD_PID"
+  kill -INT "$KV_LOAD_PID" 2>/dev/null || true # it may have exited (crashed) already
   local rc=0
   wait "$KV_LOAD_PID" || rc=$?
   KV_LOAD_PID=""
   if [[ $rc -ne 0 && ($1 == strict || $rc -ne 1) ]]; then
-    tail -n 30 "$KV_LOAD_LOG" >&2
+    grep -a -m 5 'failed:\|verify' "$KV_LOAD_LOG" >&2 || true
+    tail -n 12 "$KV_LOAD_LOG" >&2
     kv_fail "kvload exited $rc"
   fi
   ! grep -a -- "--history:" "$KV_LOAD_LOG" >&2 || kv_fail "kvload's history was not all written"
@@ -544,7 +576,7 @@ kv_history_check() { # HISTORY [WANT...]
     [[ $kinds == *"$want,"* ]] || kv_fail "no '$want' in the history $h ($kinds)"
   done
   out=$("$KV_KVHISTORY" "$h" 2>&1) || rc=$?
-  echo "$out" >&2
+  grep -v ': linearizable (' <<<"$out" | tail -n 20 >&2 || true # one line per key otherwise
   ((rc == 0)) || kv_fail "kvhistory exited $rc on $h (kept in $KV_TEST_DIR)"
   kv_ok "$(($(wc -l <"$h") - 1)) operations in $h, linearizable"
 }
@@ -568,7 +600,7 @@ n, gen = int(sys.argv[2]), (int(sys.argv[3]) if len(sys.argv) > 3 else None)
 nodes = s["nodes"]
 if isinstance(nodes, dict):
     nodes = [dict(v, node_id=k) for k, v in nodes.items()]
-ok = len(nodes) == n and all(x.get("state") == "serving" for x in nodes)
+ok = s["etcd"]["ok"] and len(nodes) == n and all(x.get("state") == "serving" for x in nodes)
 if gen is not None:
     ok = ok and all(int(x.get("generation", 0)) == gen for x in nodes)
 sys.exit(0 if ok else 1)
