@@ -42,7 +42,12 @@ class NodeSessionImpl final : public NodeSession {
         callbacks_(std::move(callbacks)),
         client_(std::move(client)),
         member_key_(MemberKey(options_.cluster, options_.node_id)),
-        view_(options_.cluster) {}
+        view_(options_.cluster),
+        // Connects now, not at Start: a live upgrade's new process creates
+        // its session before Ready and starts it at HandOver, where its
+        // first call must renew the adopted lease quickly (a new process's
+        // first gRPC call, channel and all, took seconds under TCG).
+        warm_([this] { (void)client_->Health(); }) {}
   ~NodeSessionImpl() override { Stop(false); }
 
   absl::Status Start(Member self, std::optional<int64_t> adopt_lease) override;
@@ -99,6 +104,7 @@ class NodeSessionImpl final : public NodeSession {
   NodeSessionStatus status_ ABSL_GUARDED_BY(mu_);
 
   // Declared last: destroyed (stopped) before what they use.
+  std::thread warm_;  // joined by the lease thread, or by Stop
   std::unique_ptr<Watcher> watcher_;
   std::thread thread_;
 };
@@ -138,17 +144,28 @@ void NodeSessionImpl::UpdateMember(Member self) {
 int64_t NodeSessionImpl::HandOffLease() {
   const auto until =
       std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(options_.rpc_deadline * 4);
-  AnnotatedLock l(&mu_);
-  handed_off_ = true;
-  Lockable lk{&mu_};
-  while (ticking_) {
-    if (cv_.wait_until(lk, until) == std::cv_status::timeout) {
-      LOG(WARNING) << "cluster " << options_.cluster
-                   << ": handing the lease over while an etcd call is still under way";
-      break;
+  int64_t lease = 0;
+  {
+    AnnotatedLock l(&mu_);
+    handed_off_ = true;
+    Lockable lk{&mu_};
+    while (ticking_) {
+      if (cv_.wait_until(lk, until) == std::cv_status::timeout) {
+        LOG(WARNING) << "cluster " << options_.cluster
+                     << ": handing the lease over while an etcd call is still under way";
+        break;
+      }
+    }
+    lease = lease_;
+  }
+  // A last renewal: the new process gets the lease with its whole TTL ahead.
+  if (lease != 0) {
+    if (auto ttl = client_->LeaseKeepAliveOnce(lease); !ttl.ok()) {
+      LOG(WARNING) << "cluster " << options_.cluster << ": renewing lease " << lease
+                   << " before handing it over: " << ttl.status().message();
     }
   }
-  return lease_;
+  return lease;
 }
 
 void NodeSessionImpl::ResumeLease() {
@@ -169,6 +186,7 @@ void NodeSessionImpl::Stop(bool revoke) {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  if (warm_.joinable()) warm_.join();  // never started
   watcher_.reset();
   if (lease == 0) return;
   if (auto s = client_->LeaseRevoke(lease); !s.ok()) {
@@ -192,6 +210,7 @@ NodeSessionStatus NodeSessionImpl::Status() const {
 // ---- The lease thread ------------------------------------------------------
 
 void NodeSessionImpl::Run() {
+  if (warm_.joinable()) warm_.join();
   absl::Duration backoff = kMinBackoff;
   const absl::Duration period = absl::Seconds(options_.lease_ttl_s) / 3;
   while (true) {

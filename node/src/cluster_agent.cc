@@ -130,6 +130,12 @@ absl::StatusOr<std::unique_ptr<ClusterAgent>> ClusterAgent::Create(ClusterAgentO
             << " s";
   auto agent = std::unique_ptr<ClusterAgent>(new ClusterAgent(std::move(options), *std::move(id)));
   agent->LoadPersistedMap("at start");
+  absl::StatusOr<std::unique_ptr<cluster::NodeSession>> session = agent->MakeSession();
+  if (!session.ok()) return session.status();
+  {
+    absl::MutexLock l(&agent->mu_);
+    agent->prepared_ = *std::move(session);
+  }
   return agent;
 }
 
@@ -202,7 +208,7 @@ void ClusterAgent::Persist(const proto::ShardMap& map) {
   persisted_ = map;
 }
 
-absl::Status ClusterAgent::StartSession(const cluster::Member& self, int64_t lease) {
+absl::StatusOr<std::unique_ptr<cluster::NodeSession>> ClusterAgent::MakeSession() {
   cluster::NodeSessionOptions so;
   so.endpoints = options_.etcd_endpoints;
   so.cluster = identity_.cluster;
@@ -216,8 +222,14 @@ absl::Status ClusterAgent::StartSession(const cluster::Member& self, int64_t lea
     LOG(ERROR) << "cluster: not registered: " << s << " (node '" << identity_.node_id
                << "' serves its last map meanwhile and keeps trying)";
   };
-  absl::StatusOr<std::unique_ptr<cluster::NodeSession>> session =
-      cluster::NodeSession::Create(std::move(so), std::move(cb));
+  return cluster::NodeSession::Create(std::move(so), std::move(cb));
+}
+
+absl::Status ClusterAgent::StartSession(const cluster::Member& self, int64_t lease) {
+  absl::StatusOr<std::unique_ptr<cluster::NodeSession>> session = [&] {
+    absl::MutexLock l(&mu_);
+    return prepared_ != nullptr ? std::move(prepared_) : MakeSession();
+  }();
   if (!session.ok()) return session.status();
   if (absl::Status s =
           (*session)->Start(self, lease > 0 ? std::optional<int64_t>(lease) : std::nullopt);

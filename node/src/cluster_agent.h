@@ -140,6 +140,7 @@ class ClusterAgent final : public upgrade::ClusterMember {
   // Writes the map file unless the lease was handed off or it holds `map`.
   void Persist(const proto::ShardMap& map) ABSL_EXCLUSIVE_LOCKS_REQUIRED(persist_mu_);
   // Creates and starts the session for `self` (adopting `lease` if > 0).
+  absl::StatusOr<std::unique_ptr<cluster::NodeSession>> MakeSession();
   absl::Status StartSession(const cluster::Member& self, int64_t lease);
   // Sets the member's state and rewrites the key (if a session runs and the
   // lease was not handed off).
@@ -156,6 +157,9 @@ class ClusterAgent final : public upgrade::ClusterMember {
   // Shared: HandOffLease calls it outside mu_ (it may wait for an etcd
   // round under way), possibly from an upgrade thread that outlives Stop().
   std::shared_ptr<cluster::NodeSession> session_ ABSL_GUARDED_BY(mu_);
+  // Made at Create, so that its etcd channel connects while the process
+  // gets ready; started by StartSession.
+  std::unique_ptr<cluster::NodeSession> prepared_ ABSL_GUARDED_BY(mu_);
   cluster::Member self_ ABSL_GUARDED_BY(mu_);
   bool handed_off_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
