@@ -3,6 +3,8 @@
 #include "cluster_agent.h"
 
 #include <glog/logging.h>
+#include <pthread.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <utility>
@@ -130,7 +132,15 @@ absl::StatusOr<std::unique_ptr<ClusterAgent>> ClusterAgent::Create(ClusterAgentO
             << " s";
   auto agent = std::unique_ptr<ClusterAgent>(new ClusterAgent(std::move(options), *std::move(id)));
   agent->LoadPersistedMap("at start");
+  // This runs before the server blocks the signals it takes by signalfd;
+  // gRPC's threads, started now, would inherit an open mask and a SIGUSR2
+  // delivered to one of them would kill the process. They start with every
+  // signal blocked instead.
+  sigset_t all, before;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &before);
   absl::StatusOr<std::unique_ptr<cluster::NodeSession>> session = agent->MakeSession();
+  pthread_sigmask(SIG_SETMASK, &before, nullptr);
   if (!session.ok()) return session.status();
   {
     absl::MutexLock l(&agent->mu_);
