@@ -7,6 +7,7 @@
 
 #include "etcd_fixture.h"
 #include "gtest/gtest.h"
+#include "kvnode/cluster/admin.h"
 #include "kvnode/cluster/keys.h"
 #include "kvnode/cluster/map_json.h"
 
@@ -183,6 +184,40 @@ TEST_F(NodeSessionTest, DuplicateStaysRefusedAfterTheFirstIsGone) {
   ASSERT_TRUE(WaitUntil([&] { return again->Status().registered; }));
   ASSERT_TRUE(WaitUntil([&] { return again_seen.last() && again_seen.last()->nodes[0].alive; }));
   EXPECT_NE(MemberKv()->value.find(kInstanceA), std::string::npos);
+}
+
+// Replacing a lost node (a new database, the same id) takes kvctl cluster
+// forget-node, which is refused while the node is alive.
+TEST_F(NodeSessionTest, ForgetNodeLetsANewDatabaseTakeTheId) {
+  PutMap(1);
+  Seen first_seen, second_seen;
+  auto first = NewSession(kInstanceA, &first_seen);
+  ASSERT_TRUE(first->Start(Self(kInstanceA), std::nullopt).ok());
+  ASSERT_TRUE(WaitUntil([&] { return first->Status().registered; }));
+  auto alive = ForgetNode(*client_, "c1", "a");
+  ASSERT_FALSE(alive.ok());
+  EXPECT_TRUE(absl::IsFailedPrecondition(alive.status())) << alive.status();
+  EXPECT_NE(alive.status().message().find("node 'a' is alive (instance " + std::string(kInstanceA)),
+            absl::string_view::npos)
+      << alive.status();
+  auto bound = client_->Get(InstanceKey("c1", "a"));
+  ASSERT_TRUE(bound.ok() && bound->has_value());
+  EXPECT_EQ((*bound)->value, kInstanceA);
+
+  first->Stop(/*revoke=*/true);
+  auto forgotten = ForgetNode(*client_, "c1", "a");
+  ASSERT_TRUE(forgotten.ok()) << forgotten.status();
+  EXPECT_EQ(*forgotten, kInstanceA);
+  EXPECT_TRUE(absl::IsNotFound(ForgetNode(*client_, "c1", "a").status()));
+
+  auto second = NewSession(kInstanceB, &second_seen);
+  ASSERT_TRUE(second->Start(Self(kInstanceB), std::nullopt).ok());
+  ASSERT_TRUE(WaitUntil([&] { return second->Status().registered; }));
+  ASSERT_TRUE(WaitUntil([&] { return second_seen.last() && second_seen.last()->nodes[0].alive; }));
+  EXPECT_NE(MemberKv()->value.find(kInstanceB), std::string::npos);
+  bound = client_->Get(InstanceKey("c1", "a"));
+  ASSERT_TRUE(bound.ok() && bound->has_value());
+  EXPECT_EQ((*bound)->value, kInstanceB);
 }
 
 TEST_F(NodeSessionTest, MalformedMapKeepsTheLastGoodOneAndSaysWhy) {
