@@ -1,4 +1,4 @@
-// The cluster agent's start-up, which needs no etcd: the cluster flags'
+// The cluster agent's start-up (most of it needs no etcd): the cluster flags'
 // checks, the identity in the database directory (another node's or
 // cluster's database refused, naming both), and the persisted map served
 // before the etcd session exists; and, against a real etcd, a node id bound
