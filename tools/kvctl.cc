@@ -4,7 +4,7 @@
 //
 // Commands: ping, stats, metrics (Prometheus text), mrs, clients, memory,
 // upgrade [--binary PATH] [--no_wait] [--timeout_s N], drain [SECONDS];
-// and, against etcd rather than a node, cluster init|status
+// and, against etcd rather than a node, cluster init|status|forget-node
 // (kvctl_cluster.h).
 // Human-readable output by default, the node's raw JSON with --json. Exit
 // status: 0 ok, 1 the node answered an error (for `upgrade`: refused or
@@ -321,7 +321,9 @@ int main(int argc, char** argv) {
       "            drain [SECONDS]  (refuse new sessions; the node exits once its clients\n"
       "                              have left, or after SECONDS, default 300)\n"
       "  kvctl cluster init --etcd_endpoints E --cluster NAME --nodes a,b,c [--slots N]\n"
-      "  kvctl cluster status --etcd_endpoints E --cluster NAME [--json]");
+      "  kvctl cluster status --etcd_endpoints E --cluster NAME [--json]\n"
+      "  kvctl cluster forget-node ID --etcd_endpoints E --cluster NAME  (unbind a lost\n"
+      "                              node's id from its database; refused while it is alive)");
   // --help lists this program's own flags; --helpfull adds gflags' and glog's.
   gflags::ParseCommandLineNonHelpFlags(&argc, &argv, true);
   if (FLAGS_help) {

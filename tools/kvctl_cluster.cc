@@ -71,9 +71,24 @@ void PrintStatus(const ClusterStatus& s) {
 
 }  // namespace
 
+int Forget(cluster::EtcdClient& etcd, const std::string& node_id) {
+  auto forgotten = cluster::ForgetNode(etcd, FLAGS_cluster, node_id);
+  if (!forgotten.ok()) {
+    return Fail(absl::IsUnavailable(forgotten.status()) ? 2 : 1,
+                std::string(forgotten.status().message()));
+  }
+  std::printf(
+      "cluster %s: node '%s' forgot instance %s; the next database started as '%s' takes it\n",
+      FLAGS_cluster.c_str(), node_id.c_str(), forgotten->c_str(), node_id.c_str());
+  return 0;
+}
+
 int ClusterCommand(const std::vector<std::string>& args, bool json) {
-  if (args.size() != 1 || (args[0] != "init" && args[0] != "status")) {
-    return Fail(2, "usage: kvctl cluster init|status --etcd_endpoints E --cluster NAME");
+  const bool forget = args.size() == 2 && args[0] == "forget-node";
+  if (!forget && (args.size() != 1 || (args[0] != "init" && args[0] != "status"))) {
+    return Fail(2,
+                "usage: kvctl cluster init|status|forget-node ID --etcd_endpoints E "
+                "--cluster NAME");
   }
   if (FLAGS_cluster.empty()) return Fail(2, "--cluster is required");
   auto endpoints = cluster::ParseEndpoints(FLAGS_etcd_endpoints);
@@ -83,6 +98,7 @@ int ClusterCommand(const std::vector<std::string>& args, bool json) {
   auto etcd = cluster::EtcdClient::Connect(opts);
   if (!etcd.ok()) return Fail(2, std::string(etcd.status().message()));
   if (args[0] == "init") return Init(**etcd);
+  if (forget) return Forget(**etcd, args[1]);
   auto status = cluster::ReadClusterStatus(**etcd, FLAGS_cluster);
   if (!status.ok()) return Fail(2, std::string(status.status().message()));
   if (json) {

@@ -72,6 +72,31 @@ absl::StatusOr<proto::ShardMap> InitCluster(EtcdClient& etcd, std::string_view c
   return *map;
 }
 
+absl::StatusOr<std::string> ForgetNode(EtcdClient& etcd, std::string_view cluster,
+                                       std::string_view node_id) {
+  if (auto s = proto::CheckName(node_id, proto::kMaxNodeIdSize, "node id"); !s.ok()) return s;
+  const std::string key = InstanceKey(cluster, node_id);
+  auto bound = etcd.Get(key);
+  if (!bound.ok()) return bound.status();
+  if (!bound->has_value()) {
+    return absl::NotFoundError(absl::StrCat("node '", Av(node_id), "' of cluster '", Av(cluster),
+                                            "' is not bound to a database (no ", key, ")"));
+  }
+  const std::string member_key = MemberKey(cluster, node_id);
+  auto r = etcd.DeleteUnlessExists(key, member_key);
+  if (!r.ok()) return r.status();
+  if (!r->applied) {
+    auto m = r->current ? DecodeMemberJson(r->current->value, member_key, node_id)
+                        : absl::StatusOr<Member>(absl::UnknownError("gone"));
+    std::string who = m.ok() ? absl::StrCat("instance ", m->instance, ", pid ", m->pid,
+                                            ", endpoint ", m->endpoint)
+                             : "its member key is unreadable";
+    return absl::FailedPreconditionError(absl::StrCat("node '", Av(node_id), "' is alive (", who,
+                                                      ", key ", member_key, "); stop it first"));
+  }
+  return (*bound)->value;
+}
+
 absl::StatusOr<ClusterStatus> ReadClusterStatus(EtcdClient& etcd, std::string_view cluster) {
   ClusterStatus out;
   out.cluster = std::string(cluster);

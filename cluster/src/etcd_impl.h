@@ -46,6 +46,11 @@ class GrpcEtcdClient final : public EtcdClient {
   absl::StatusOr<CasResult> PutIfCreateRevision(std::string_view key, std::string_view value,
                                                 int64_t expected_create_revision,
                                                 int64_t lease) override;
+  absl::StatusOr<CasResult> PutIfGuarded(std::string_view key, std::string_view value,
+                                         bool by_create, int64_t expected_revision,
+                                         const ValueGuard& guard, int64_t lease) override;
+  absl::StatusOr<CasResult> DeleteUnlessExists(std::string_view key,
+                                               std::string_view unless_key) override;
   absl::StatusOr<LeaseGrantResult> LeaseGrant(int64_t ttl_s) override;
   absl::StatusOr<int64_t> LeaseKeepAliveOnce(int64_t lease) override;
   absl::Status LeaseRevoke(int64_t lease) override;
@@ -67,6 +72,7 @@ class GrpcEtcdClient final : public EtcdClient {
                                                     std::string_view key);
   absl::StatusOr<CasResult> PutIf(std::string_view key, std::string_view value,
                                   etcdserverpb::Compare compare, int64_t lease);
+  absl::StatusOr<CasResult> Txn(const etcdserverpb::TxnRequest& req, std::string_view key);
   absl::StatusOr<CasResult> CasFromResponse(const etcdserverpb::TxnResponse& resp,
                                             std::string_view key);
 

@@ -125,20 +125,81 @@ absl::StatusOr<CasResult> GrpcEtcdClient::PutIf(std::string_view key, std::strin
   return CasFromResponse(resp, key);
 }
 
+absl::StatusOr<CasResult> GrpcEtcdClient::PutIfGuarded(std::string_view key, std::string_view value,
+                                                       bool by_create, int64_t expected_revision,
+                                                       const ValueGuard& guard, int64_t lease) {
+  etcdserverpb::TxnRequest req;
+  auto* rev = req.add_compare();
+  rev->set_result(etcdserverpb::Compare::EQUAL);
+  rev->set_key(std::string(key));
+  if (by_create) {
+    rev->set_target(etcdserverpb::Compare::CREATE);
+    rev->set_create_revision(expected_revision);
+  } else {
+    rev->set_target(etcdserverpb::Compare::MOD);
+    rev->set_mod_revision(expected_revision);
+  }
+  // A missing guard key fails this compare (etcd skips value compares on
+  // absent keys as false), so the put needs the guard to exist.
+  auto* val = req.add_compare();
+  val->set_result(etcdserverpb::Compare::EQUAL);
+  val->set_key(guard.key);
+  val->set_target(etcdserverpb::Compare::VALUE);
+  val->set_value(guard.value);
+  auto* put = req.add_success()->mutable_request_put();
+  put->set_key(std::string(key));
+  put->set_value(std::string(value));
+  put->set_lease(lease);
+  req.add_failure()->mutable_request_range()->set_key(std::string(key));
+  req.add_failure()->mutable_request_range()->set_key(guard.key);
+  return Txn(req, key);
+}
+
+absl::StatusOr<CasResult> GrpcEtcdClient::DeleteUnlessExists(std::string_view key,
+                                                             std::string_view unless_key) {
+  etcdserverpb::TxnRequest req;
+  auto* cmp = req.add_compare();
+  cmp->set_result(etcdserverpb::Compare::EQUAL);
+  cmp->set_key(std::string(unless_key));
+  cmp->set_target(etcdserverpb::Compare::CREATE);
+  cmp->set_create_revision(0);
+  req.add_success()->mutable_request_delete_range()->set_key(std::string(key));
+  req.add_failure()->mutable_request_range()->set_key(std::string(unless_key));
+  return Txn(req, key);
+}
+
+absl::StatusOr<CasResult> GrpcEtcdClient::Txn(const etcdserverpb::TxnRequest& req,
+                                              std::string_view key) {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  etcdserverpb::TxnResponse resp;
+  auto s = FromGrpc(conn().kv->Txn(&ctx, req, &resp), "Txn", key);
+  if (!s.ok()) {
+    Failed(s);
+    return s;
+  }
+  return CasFromResponse(resp, key);
+}
+
 absl::StatusOr<CasResult> GrpcEtcdClient::CasFromResponse(const etcdserverpb::TxnResponse& resp,
                                                           std::string_view key) {
   CasResult out;
   out.applied = resp.succeeded();
   out.revision = resp.header().revision();
   if (out.applied) return out;
-  if (resp.responses_size() != 1 || !resp.responses(0).has_response_range()) {
+  const int n = resp.responses_size();
+  if (n < 1 || n > 2) {
     return absl::InternalError(absl::StrCat("etcd Txn ", Av(key), ": unexpected failure answer"));
   }
-  const auto& range = resp.responses(0).response_range();
-  if (range.kvs_size() > 0) {
+  for (int i = 0; i < n; ++i) {
+    if (!resp.responses(i).has_response_range()) {
+      return absl::InternalError(absl::StrCat("etcd Txn ", Av(key), ": unexpected failure answer"));
+    }
+    const auto& range = resp.responses(i).response_range();
+    if (range.kvs_size() == 0) continue;
     auto kv = FromProto(range.kvs(0), options().max_value_size);
     if (!kv.ok()) return kv.status();
-    out.current = std::move(*kv);
+    (i == 0 ? out.current : out.guard) = std::move(*kv);
   }
   return out;
 }

@@ -21,6 +21,10 @@ std::string MemberKey(std::string_view cluster, std::string_view node_id) {
   return absl::StrCat(MembersPrefix(cluster), Av(node_id));
 }
 
+std::string InstanceKey(std::string_view cluster, std::string_view node_id) {
+  return absl::StrCat(ClusterPrefix(cluster), "instances/", Av(node_id));
+}
+
 std::string RollKey(std::string_view cluster) {
   return absl::StrCat(ClusterPrefix(cluster), "roll");
 }

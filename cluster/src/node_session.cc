@@ -42,6 +42,7 @@ class NodeSessionImpl final : public NodeSession {
         callbacks_(std::move(callbacks)),
         client_(std::move(client)),
         member_key_(MemberKey(options_.cluster, options_.node_id)),
+        instance_key_(InstanceKey(options_.cluster, options_.node_id)),
         view_(options_.cluster),
         // Connects now, not at Start: a live upgrade's new process creates
         // its session before Ready and starts it at HandOver, where its
@@ -71,7 +72,10 @@ class NodeSessionImpl final : public NodeSession {
   std::optional<Plan> MakePlan();
   absl::Status EnsureLease(Plan* plan);
   absl::Status Claim(const Plan& plan);
+  absl::Status Bind();
   absl::Status Refused(const KeyValue& current);
+  absl::Status Foreign(const std::string& holder);
+  void Deliver(std::optional<proto::ShardMap> map);
   void AfterTick(const absl::Status& s);
   bool WaitFor(absl::Duration d);
   void OnWatchUpdate(const WatchUpdate& update);
@@ -81,6 +85,7 @@ class NodeSessionImpl final : public NodeSession {
   const NodeSessionCallbacks callbacks_;
   const std::unique_ptr<EtcdClient> client_;
   const std::string member_key_;
+  const std::string instance_key_;
   ClusterView view_;  // watch thread only
 
   mutable AnnotatedMutex mu_;
@@ -91,6 +96,10 @@ class NodeSessionImpl final : public NodeSession {
   bool ticking_ ABSL_GUARDED_BY(mu_) = false;  // the lease thread is in a pass
   bool member_dirty_ ABSL_GUARDED_BY(mu_) = true;
   bool refused_reported_ ABSL_GUARDED_BY(mu_) = false;
+  bool bound_ ABSL_GUARDED_BY(mu_) = false;                   // the instance key holds our instance
+  std::optional<absl::Status> foreign_ ABSL_GUARDED_BY(mu_);  // bound to another: final
+  std::optional<proto::ShardMap> pending_map_ ABSL_GUARDED_BY(mu_);  // held until bound_
+  AnnotatedMutex deliver_mu_;  // one on_map at a time, in order, from either thread
   Member self_ ABSL_GUARDED_BY(mu_);
   std::optional<int64_t> adopt_ ABSL_GUARDED_BY(mu_);
   int64_t lease_ ABSL_GUARDED_BY(mu_) = 0;
@@ -248,6 +257,10 @@ std::optional<NodeSessionImpl::Plan> NodeSessionImpl::MakePlan() {
 }
 
 absl::Status NodeSessionImpl::Tick() {
+  {
+    AnnotatedLock l(&mu_);
+    if (foreign_) return *foreign_;  // never retried: the id is another database's
+  }
   std::optional<Plan> plan = MakePlan();
   if (!plan) return absl::OkStatus();
   if (auto s = EnsureLease(&*plan); !s.ok()) return s;
@@ -313,19 +326,45 @@ absl::Status NodeSessionImpl::EnsureLease(Plan* plan) {
   return absl::OkStatus();
 }
 
-// Writes the member key if it is ours (node_session.h contract 2).
-absl::Status NodeSessionImpl::Claim(const Plan& plan) {
-  const std::string value = EncodeMemberJson(plan.self);
-  auto r = client_->PutIfCreateRevision(member_key_, value, 0, plan.lease);
+// Binds the node id to this instance (node_session.h contract 2): creates
+// the instance key if there is none (the first registration of the id, or a
+// cluster from before the key existed), else requires it to hold ours.
+absl::Status NodeSessionImpl::Bind() {
+  auto r = client_->PutIfCreateRevision(instance_key_, options_.instance, 0, 0);
   if (!r.ok()) return r.status();
   if (!r->applied) {
+    if (!r->current) return absl::UnavailableError("instance key vanished during registration");
+    if (r->current->value != options_.instance) return Foreign(r->current->value);
+  } else {
+    LOG(INFO) << "cluster " << options_.cluster << ": node id '" << options_.node_id
+              << "' bound to instance " << options_.instance << " at " << instance_key_;
+  }
+  {
+    AnnotatedLock l(&mu_);
+    bound_ = true;
+  }
+  Deliver(std::nullopt);  // a map the watch held back meanwhile
+  return absl::OkStatus();
+}
+
+// Writes the member key if it is ours (node_session.h contract 2). Every
+// write is guarded by the instance key holding our instance.
+absl::Status NodeSessionImpl::Claim(const Plan& plan) {
+  if (auto s = Bind(); !s.ok()) return s;
+  const std::string value = EncodeMemberJson(plan.self);
+  const ValueGuard guard{instance_key_, options_.instance};
+  auto r = client_->PutIfGuarded(member_key_, value, true, 0, guard, plan.lease);
+  for (int round = 0; r.ok() && !r->applied && round < 2; ++round) {
+    if (!r->guard) return absl::UnavailableError("instance key vanished during registration");
+    if (r->guard->value != options_.instance) return Foreign(r->guard->value);
     if (!r->current) return absl::UnavailableError("member key vanished during registration");
     auto have = DecodeMemberJson(r->current->value, member_key_, options_.node_id);
     if (!have.ok() || have->instance != options_.instance) return Refused(*r->current);
-    r = client_->PutIfModRevision(member_key_, value, r->current->mod_revision, plan.lease);
-    if (!r.ok()) return r.status();
-    if (!r->applied) return absl::UnavailableError("member key changed during registration");
+    if (round == 1) return absl::UnavailableError("member key changed during registration");
+    r = client_->PutIfGuarded(member_key_, value, false, r->current->mod_revision, guard,
+                              plan.lease);
   }
+  if (!r.ok()) return r.status();
   AnnotatedLock l(&mu_);
   if (!status_.registered || registered_lease_ != plan.lease) {
     LOG(INFO) << "cluster " << options_.cluster << ": registered node '" << options_.node_id
@@ -363,6 +402,41 @@ absl::Status NodeSessionImpl::Refused(const KeyValue& current) {
   return s;
 }
 
+// The node id belongs to another database: refused for good (contract 2).
+absl::Status NodeSessionImpl::Foreign(const std::string& holder) {
+  absl::Status s = absl::PermissionDeniedError(absl::StrCat(
+      "node id '", options_.node_id, "' belongs to another database: ", instance_key_,
+      " holds instance ", holder, ", this database is instance ", options_.instance,
+      "; not registering, ever (if that node is lost for good: kvctl cluster forget-node ",
+      options_.node_id, ")"));
+  {
+    AnnotatedLock l(&mu_);
+    status_.registered = false;
+    bound_ = false;
+    pending_map_.reset();
+    foreign_ = s;
+  }
+  LOG(ERROR) << "cluster " << options_.cluster << ": " << s.message();
+  if (callbacks_.on_refused) callbacks_.on_refused(s);
+  return s;
+}
+
+// Hands a map to on_map once the node id is bound to this instance; until
+// then the latest one waits (a duplicate must never get a map to serve).
+void NodeSessionImpl::Deliver(std::optional<proto::ShardMap> map) {
+  AnnotatedLock d(&deliver_mu_);
+  {
+    AnnotatedLock l(&mu_);
+    if (!bound_) {
+      if (map) pending_map_ = std::move(map);
+      return;
+    }
+    if (!map) map = std::move(pending_map_);
+    pending_map_.reset();
+  }
+  if (map && callbacks_.on_map) callbacks_.on_map(std::move(*map));
+}
+
 // ---- The watch thread --------------------------------------------------------
 
 void NodeSessionImpl::OnWatchUpdate(const WatchUpdate& update) {
@@ -379,7 +453,7 @@ void NodeSessionImpl::OnWatchUpdate(const WatchUpdate& update) {
     lost = status_.registered && !own_key_seen_ && seen_revision_ >= claimed_revision_;
   }
   if (lost) cv_.notify_all();
-  if (changed && callbacks_.on_map) callbacks_.on_map(std::move(*changed));
+  if (changed) Deliver(std::move(changed));
 }
 
 void NodeSessionImpl::OnWatchState(const absl::Status& s) {

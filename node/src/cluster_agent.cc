@@ -160,6 +160,7 @@ void ClusterAgent::LoadPersistedMap(const char* when) {
   absl::StatusOr<std::optional<proto::ShardMap>> m =
       cluster::LoadMap(options_.db_path, identity_.cluster);
   absl::MutexLock l(&persist_mu_);
+  if (disowned_) return;
   if (!m.ok()) {
     // Not fatal: etcd's map replaces it; until then nothing is owned.
     LOG(WARNING) << "cluster: persisted map ignored " << when << ": " << m.status();
@@ -180,8 +181,30 @@ void ClusterAgent::LoadPersistedMap(const char* when) {
 
 void ClusterAgent::OnMap(proto::ShardMap map) {
   absl::MutexLock l(&persist_mu_);
+  if (disowned_) return;
   Publish(map, "etcd");
   Persist(map);
+}
+
+// A refusal for good (the node id is bound to another database) stops
+// serving at once: this database is not that node's, so even its persisted
+// map must not be served. The process stays up owning no slot (every key is
+// answered WRONG_SHARD) so the error stays visible; it never registers.
+void ClusterAgent::OnRefused(const absl::Status& s) {
+  if (!absl::IsPermissionDenied(s)) {
+    LOG(ERROR) << "cluster: not registered: " << s << " (node '" << identity_.node_id
+               << "' serves its last map meanwhile and keeps trying)";
+    return;
+  }
+  absl::MutexLock l(&persist_mu_);
+  disowned_ = true;
+  persist_ = false;
+  LOG(ERROR) << "cluster: REFUSED for good: " << s.message() << " (database at " << options_.db_path
+             << ", its instance " << identity_.instance << "); node '" << identity_.node_id
+             << "' serves no slot and never registers; stop this process";
+  if (std::shared_ptr<const server::ShardView> cur = gate_->Current(); cur != nullptr) {
+    gate_->Publish(server::ShardView::ForNode(cur->map, ""));  // owns nothing
+  }
 }
 
 void ClusterAgent::Publish(proto::ShardMap map, const char* source) {
@@ -228,10 +251,7 @@ absl::StatusOr<std::unique_ptr<cluster::NodeSession>> ClusterAgent::MakeSession(
   so.rpc_deadline = options_.rpc_deadline;
   cluster::NodeSessionCallbacks cb;
   cb.on_map = [this](proto::ShardMap m) { OnMap(std::move(m)); };
-  cb.on_refused = [this](const absl::Status& s) {
-    LOG(ERROR) << "cluster: not registered: " << s << " (node '" << identity_.node_id
-               << "' serves its last map meanwhile and keeps trying)";
-  };
+  cb.on_refused = [this](const absl::Status& s) { OnRefused(s); };
   return cluster::NodeSession::Create(std::move(so), std::move(cb));
 }
 
@@ -317,7 +337,7 @@ void ClusterAgent::UpgradeRolledBack() {
     UpdateMemberLocked();
   }
   absl::MutexLock l(&persist_mu_);
-  persist_ = true;
+  persist_ = !disowned_;
   // A map that came while the file was the other process's.
   if (std::shared_ptr<const server::ShardView> cur = gate_->Current(); cur != nullptr) {
     Persist(cur->map);

@@ -134,6 +134,8 @@ class ClusterAgent final : public upgrade::ClusterMember {
   void LoadPersistedMap(const char* when);
   // The session's on_map (watch thread): publish, then persist.
   void OnMap(proto::ShardMap map);
+  // The session's on_refused (lease thread).
+  void OnRefused(const absl::Status& s);
   // Publishes `map` as this node's view and logs what changed (under
   // persist_mu_: one publisher at a time, so the log compares in order).
   void Publish(proto::ShardMap map, const char* source) ABSL_EXCLUSIVE_LOCKS_REQUIRED(persist_mu_);
@@ -169,6 +171,9 @@ class ClusterAgent final : public upgrade::ClusterMember {
   // no write is under way (invariant 1).
   absl::Mutex persist_mu_;
   bool persist_ ABSL_GUARDED_BY(persist_mu_) = true;
+  // The node id is bound to another database (NodeSession contract 2): no
+  // map is published or persisted any more; the node owns no slot.
+  bool disowned_ ABSL_GUARDED_BY(persist_mu_) = false;
   std::optional<proto::ShardMap> persisted_ ABSL_GUARDED_BY(persist_mu_);
 };
 

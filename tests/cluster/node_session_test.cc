@@ -7,6 +7,7 @@
 
 #include "etcd_fixture.h"
 #include "gtest/gtest.h"
+#include "kvnode/cluster/admin.h"
 #include "kvnode/cluster/keys.h"
 #include "kvnode/cluster/map_json.h"
 
@@ -136,18 +137,87 @@ TEST_F(NodeSessionTest, DuplicateNodeIdOfAnotherInstanceIsRefused) {
     std::lock_guard<std::mutex> l(second_seen.mu);
     return !second_seen.refusals.empty();
   }));
-  const std::string want = std::string("node id 'a' is held by another node: instance ") +
-                           kInstanceA + " (pid 42, endpoint 127.0.0.1:7000)";
+  const std::string want = std::string(
+                               "node id 'a' belongs to another database: "
+                               "/kvnode/c1/instances/a holds instance ") +
+                           kInstanceA + ", this database is instance " + kInstanceB;
   {
     std::lock_guard<std::mutex> l(second_seen.mu);
     EXPECT_NE(second_seen.refusals[0].message().find(want), absl::string_view::npos)
         << second_seen.refusals[0];
+    EXPECT_TRUE(absl::IsPermissionDenied(second_seen.refusals[0]));
   }
   NodeSessionStatus st = second->Status();
   EXPECT_FALSE(st.registered);
   EXPECT_NE(st.last_error.find(want), std::string::npos) << st.last_error;
   EXPECT_NE(MemberKv()->value.find(kInstanceA), std::string::npos);  // untouched
   EXPECT_TRUE(first->Status().registered);
+}
+
+// A node id stays bound to the database (instance) that first registered
+// it: a second database is refused for good, also once the first node is
+// gone (its member key deleted), and is never handed a map to serve.
+TEST_F(NodeSessionTest, DuplicateStaysRefusedAfterTheFirstIsGone) {
+  PutMap(1);
+  Seen first_seen, second_seen;
+  auto first = NewSession(kInstanceA, &first_seen);
+  ASSERT_TRUE(first->Start(Self(kInstanceA), std::nullopt).ok());
+  ASSERT_TRUE(WaitUntil([&] { return first->Status().registered; }));
+  auto second = NewSession(kInstanceB, &second_seen);
+  ASSERT_TRUE(second->Start(Self(kInstanceB), std::nullopt).ok());
+  ASSERT_TRUE(WaitUntil([&] {
+    std::lock_guard<std::mutex> l(second_seen.mu);
+    return !second_seen.refusals.empty();
+  }));
+  first->Stop(/*revoke=*/true);  // the member key goes, as when its lease expires
+  ASSERT_FALSE(MemberKv().has_value());
+  // The second retries every <= 500 ms (max_backoff): 3 s is several tries.
+  EXPECT_FALSE(WaitUntil([&] { return MemberKv().has_value(); }, std::chrono::seconds(3)))
+      << "the duplicate took the member key: " << MemberKv()->value;
+  EXPECT_FALSE(second->Status().registered);
+  EXPECT_EQ(second_seen.count(), 0u) << "a refused instance was handed a map to serve";
+
+  // The first restarts on its own database: it registers as before.
+  Seen again_seen;
+  auto again = NewSession(kInstanceA, &again_seen);
+  ASSERT_TRUE(again->Start(Self(kInstanceA), std::nullopt).ok());
+  ASSERT_TRUE(WaitUntil([&] { return again->Status().registered; }));
+  ASSERT_TRUE(WaitUntil([&] { return again_seen.last() && again_seen.last()->nodes[0].alive; }));
+  EXPECT_NE(MemberKv()->value.find(kInstanceA), std::string::npos);
+}
+
+// Replacing a lost node (a new database, the same id) takes kvctl cluster
+// forget-node, which is refused while the node is alive.
+TEST_F(NodeSessionTest, ForgetNodeLetsANewDatabaseTakeTheId) {
+  PutMap(1);
+  Seen first_seen, second_seen;
+  auto first = NewSession(kInstanceA, &first_seen);
+  ASSERT_TRUE(first->Start(Self(kInstanceA), std::nullopt).ok());
+  ASSERT_TRUE(WaitUntil([&] { return first->Status().registered; }));
+  auto alive = ForgetNode(*client_, "c1", "a");
+  ASSERT_FALSE(alive.ok());
+  EXPECT_TRUE(absl::IsFailedPrecondition(alive.status())) << alive.status();
+  EXPECT_NE(alive.status().message().find("node 'a' is alive (instance " + std::string(kInstanceA)),
+            absl::string_view::npos)
+      << alive.status();
+  auto bound = client_->Get(InstanceKey("c1", "a"));
+  ASSERT_TRUE(bound.ok() && bound->has_value());
+  EXPECT_EQ((*bound)->value, kInstanceA);
+
+  first->Stop(/*revoke=*/true);
+  auto forgotten = ForgetNode(*client_, "c1", "a");
+  ASSERT_TRUE(forgotten.ok()) << forgotten.status();
+  EXPECT_EQ(*forgotten, kInstanceA);
+  EXPECT_TRUE(absl::IsNotFound(ForgetNode(*client_, "c1", "a").status()));
+
+  auto second = NewSession(kInstanceB, &second_seen);
+  ASSERT_TRUE(second->Start(Self(kInstanceB), std::nullopt).ok());
+  ASSERT_TRUE(WaitUntil([&] { return second->Status().registered; }));
+  ASSERT_TRUE(WaitUntil([&] { return second_seen.last() && second_seen.last()->nodes[0].alive; }));
+  EXPECT_NE(MemberKv()->value.find(kInstanceB), std::string::npos);
+  bound = client_->Get(InstanceKey("c1", "a"));
+  ASSERT_TRUE(bound.ok() && bound->has_value());
+  EXPECT_EQ((*bound)->value, kInstanceB);
 }
 
 TEST_F(NodeSessionTest, MalformedMapKeepsTheLastGoodOneAndSaysWhy) {

@@ -1,7 +1,8 @@
-// The cluster agent's start-up, which needs no etcd: the cluster flags'
+// The cluster agent's start-up (most of it needs no etcd): the cluster flags'
 // checks, the identity in the database directory (another node's or
 // cluster's database refused, naming both), and the persisted map served
-// before the etcd session exists.
+// before the etcd session exists; and, against a real etcd, a node id bound
+// to another database serving nothing.
 #include "cluster_agent.h"
 
 #include <gtest/gtest.h>
@@ -12,7 +13,10 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "etcd_fixture.h"
 #include "kvnode/cluster/identity.h"
+#include "kvnode/cluster/keys.h"
+#include "kvnode/cluster/map_json.h"
 #include "kvnode/proto/shard_map.h"
 
 namespace kvnode::node {
@@ -214,6 +218,41 @@ TEST(ClusterIdentity, MapWithoutThisNodeOwnsNothing) {
   EXPECT_EQ(v->self, server::ShardView::kNotInMap);
   EXPECT_EQ(v->slots_owned(), 0u);
   for (uint32_t s = 0; s < 64; ++s) EXPECT_FALSE(v->Owns(s)) << s;
+}
+
+// A database started as node 'b' when etcd binds 'b' to another database:
+// even its persisted map (b's slots) is dropped once the session refuses
+// the id for good, and b's member key is never written.
+class ClusterAgentEtcdTest : public kvnode::testing::EtcdTest {};
+
+TEST_F(ClusterAgentEtcdTest, NodeIdBoundToAnotherDatabaseServesNothing) {
+  TempDir dir;
+  const std::string db = dir.path() + "/db";
+  auto client = NewClient();
+  const std::string other(32, 'e');
+  ASSERT_TRUE(client->Put(cluster::InstanceKey("c1", "b"), other).ok());
+  absl::StatusOr<proto::ShardMap> map = proto::EvenSplit("c1", 64, {"a", "b"});
+  ASSERT_TRUE(map.ok());
+  ASSERT_TRUE(client->Put(cluster::MapKey("c1"), cluster::EncodeMapJson(*map)).ok());
+  ASSERT_TRUE(ClusterAgent::Create(Options(db, "c1", "b")).ok());  // writes the identity
+  ASSERT_TRUE(cluster::StoreMap(db, *map).ok());
+  ClusterAgentOptions o = Options(db, "c1", "b");
+  o.etcd_endpoints = {etcd().endpoint()};
+  o.lease_ttl_s = 2;
+  o.rpc_deadline = absl::Milliseconds(500);
+  absl::StatusOr<std::unique_ptr<ClusterAgent>> a = ClusterAgent::Create(o);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_EQ((*a)->gate()->Current()->slots_owned(), 32u);  // the persisted map
+  ASSERT_TRUE((*a)->Start("127.0.0.1:7001", 1).ok());
+  EXPECT_TRUE(kvnode::testing::WaitUntil([&] {
+    auto v = (*a)->gate()->Current();
+    return v != nullptr && v->slots_owned() == 0;
+  })) << "a node of another database still serves b's slots";
+  auto member = client->Get(cluster::MemberKey("c1", "b"));
+  ASSERT_TRUE(member.ok());
+  EXPECT_FALSE(member->has_value()) << (*member)->value;
+  (*a)->Stop();
+  EXPECT_EQ((*a)->gate()->Current()->slots_owned(), 0u);
 }
 
 }  // namespace

@@ -42,6 +42,15 @@ struct ClusterStatus {
   std::vector<std::string> member_errors;  // unreadable member values
 };
 
+// Unbinds `node_id` from its database (kvctl cluster forget-node): deletes
+// InstanceKey(cluster, node_id), so the next database that registers the id
+// keeps it (the replacement of a lost node). Refused with FailedPrecondition
+// "node 'b' is alive (...); stop it first" while its member key exists (a
+// Txn: the instance key goes only while the member key is absent). Returns
+// the instance id it forgot; NotFound when the id was not bound.
+absl::StatusOr<std::string> ForgetNode(EtcdClient& etcd, std::string_view cluster,
+                                       std::string_view node_id);
+
 // One read of the cluster's prefix plus a TimeToLive per member lease.
 // Unavailable when etcd cannot be read at all; problems with single values
 // are reported inside the result.

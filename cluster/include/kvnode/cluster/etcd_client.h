@@ -67,6 +67,13 @@ struct CasResult {
   bool applied = false;
   int64_t revision = 0;             // the store's revision after the txn
   std::optional<KeyValue> current;  // when not applied: the key's value, if any
+  std::optional<KeyValue> guard;    // PutIfGuarded not applied: the guard key, if any
+};
+
+// The extra condition of PutIfGuarded: `key` exists and holds `value`.
+struct ValueGuard {
+  std::string key;
+  std::string value;
 };
 
 struct LeaseGrantResult {
@@ -157,6 +164,18 @@ class EtcdClient {
                                                         std::string_view value,
                                                         int64_t expected_create_revision,
                                                         int64_t lease = 0) = 0;
+  // Txn: if create_revision(key) == expected_create_revision (by_create) or
+  // mod_revision(key) == expected_revision (!by_create), AND the guard key
+  // holds guard.value, put `value` with `lease`; else read both keys
+  // (CasResult.current, .guard). A node's member key is written only this
+  // way, guarded by the node id's instance key.
+  virtual absl::StatusOr<CasResult> PutIfGuarded(std::string_view key, std::string_view value,
+                                                 bool by_create, int64_t expected_revision,
+                                                 const ValueGuard& guard, int64_t lease) = 0;
+  // Txn: if `unless_key` does not exist delete `key` (applied); else read
+  // unless_key (CasResult.current). kvctl cluster forget-node uses it.
+  virtual absl::StatusOr<CasResult> DeleteUnlessExists(std::string_view key,
+                                                       std::string_view unless_key) = 0;
 
   virtual absl::StatusOr<LeaseGrantResult> LeaseGrant(int64_t ttl_s) = 0;
   // One keepalive round trip (a stream opened and closed per call). Returns

@@ -20,6 +20,11 @@ std::string MapKey(std::string_view cluster);
 std::string MembersPrefix(std::string_view cluster);
 // "/kvnode/<cluster>/nodes/<node_id>".
 std::string MemberKey(std::string_view cluster, std::string_view node_id);
+// "/kvnode/<cluster>/instances/<node_id>": the instance id (hex) of the
+// database that first registered the node id; no lease, so it outlives the
+// node. Member writes require it to hold the writer's instance; only
+// kvctl cluster forget-node removes it.
+std::string InstanceKey(std::string_view cluster, std::string_view node_id);
 // "/kvnode/<cluster>/roll": a fleet roll's plan (later).
 std::string RollKey(std::string_view cluster);
 

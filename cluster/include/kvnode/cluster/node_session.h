@@ -11,12 +11,19 @@
 //  1. Only valid maps reach on_map. A stored map that does not decode is
 //     logged with its reason, put in Status().last_error, and the last good
 //     map stays (no call). A malformed member value counts as no member.
-//  2. The member key is written only by a Txn that proves it is this
-//     node's: the key does not exist, or its value carries this session's
-//     `instance`. Another instance holding the node id is refused:
-//     Status().last_error "node id 'b' is held by another node: instance
-//     <hex> (pid P, endpoint E)", on_refused called, and the session retries
-//     (the other's lease may expire).
+//  2. The node id is bound to the database that first registered it: the
+//     instance key (keys.h InstanceKey, no lease) is created holding this
+//     session's `instance` if absent, and the member key is written only by
+//     a Txn that requires the instance key to hold it and the member key to
+//     be absent or carry this `instance`. A node id bound to another
+//     instance is refused for good: on_refused with PermissionDenied "node
+//     id 'b' belongs to another database: ... holds instance <hex>, this
+//     database is instance <hex> ...", the session never tries again and
+//     never calls on_map (maps are held back until the binding is
+//     confirmed). A member key held by another instance of the same binding
+//     (not normally possible) is refused with FailedPrecondition "node id
+//     'b' is held by another node: instance <hex> (pid P, endpoint E)" and
+//     retried. kvctl cluster forget-node (admin.h) removes a binding.
 //  3. Nothing here blocks its caller on etcd: every public method returns
 //     without an etcd round trip, except Stop(revoke=true), which waits at
 //     most one rpc_deadline for the revoke, and HandOffLease (below).
