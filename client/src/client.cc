@@ -299,12 +299,7 @@ absl::Status Client::Impl::Close(absl::Time deadline) {
       Wait(std::min(deadline, absl::Now() + absl::Milliseconds(5)));
   }
   closed_ = true;
-  for (uint32_t i = 0; i < slots_.size(); ++i) {
-    Slot::State st = slots_[i].state;
-    if (st == Slot::State::kQueued || st == Slot::State::kReading || st == Slot::State::kRpc) {
-      Finish(i, absl::UnavailableError("client closed"));
-    }
-  }
+  FailOutstanding([](const Slot&) { return absl::UnavailableError("client closed"); });
   DestroySession(pending_, /*say_goodbye=*/false);
   for (std::unique_ptr<Session>& s : retiring_) DestroySession(s, /*say_goodbye=*/false);
   retiring_.clear();

@@ -253,6 +253,13 @@ class Client::Impl {
   void PollControlNow() {
     if (current_ != nullptr) PollControl(current_.get(), absl::Now());
   }
+  // Completes every operation not finished yet (queued, held, waiting for a
+  // session, READ or RPC in flight) with status_of(its slot), as Close and
+  // a lost session without reconnection do; Poll reports each once. A slot
+  // whose work requests are still posted is freed when they complete or its
+  // session is flushed; a late response finds no slot awaiting it (stale).
+  // Returns how many were completed.
+  uint32_t FailOutstanding(absl::FunctionRef<absl::Status(const Slot&)> status_of);
 
   ClientOptions options_;
   // Hello.features. 0 for a plain Client (its Hello is what it always was);

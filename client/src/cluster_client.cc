@@ -128,6 +128,10 @@ class ClusterClient::Impl {
   void RunWaiting(absl::Time now);
   bool StillWaiting(uint32_t idx, absl::Time now);  // false: dispatched or done
   void CloseLeftSessions();
+  // FailInFlight (cluster_map.h) on node `c`'s session: called when a map
+  // is adopted and after each poll of the session (the map saying the node
+  // is not alive and the session's loss may come in either order).
+  void FailStranded(NodeConn& c);
   void CloseSession(NodeConn& c, absl::Time deadline);
   // --- completion ----------------------------------------------------------------
   void FinishLocal(uint32_t idx, absl::Status status);
@@ -301,6 +305,7 @@ void ClusterClient::Impl::OnAdopted() {
     }
   }
   cstats_.map_epoch = map.epoch;
+  for (const std::unique_ptr<NodeConn>& c : conns_) FailStranded(*c);
 }
 
 // --- submit and routing ----------------------------------------------------------------
@@ -527,6 +532,15 @@ void ClusterClient::Impl::CloseLeftSessions() {
   }
 }
 
+void ClusterClient::Impl::FailStranded(NodeConn& c) {
+  if (c.alive || !c.in_map || c.impl == nullptr || c.impl->outstanding() == 0) return;
+  const uint32_t failed = FailInFlight(tracker_.map(), c.node_id, *c.impl);
+  if (failed == 0) return;
+  cstats_.shard_unavailable += failed;
+  LOG(WARNING) << "kvclient: failed " << failed << " operations in flight at node '" << c.node_id
+               << "': not alive in map epoch " << tracker_.epoch() << " and its session is down";
+}
+
 void ClusterClient::Impl::CloseSession(NodeConn& c, absl::Time deadline) {
   absl::Status st = c.impl->Close(deadline);
   if (!st.ok()) LOG(WARNING) << "kvclient: close of node '" << c.node_id << "': " << st;
@@ -613,6 +627,7 @@ size_t ClusterClient::Impl::Poll(std::span<OpResult> out) {
     if (conns_[i]->impl == nullptr) continue;
     n += PollNode(i, out.subspan(n), now);
     TakeMaps(*conns_[i]);
+    FailStranded(*conns_[i]);  // its session may have been lost just now
   }
   if (count > 0) next_conn_ = (next_conn_ + 1) % count;
   return n;

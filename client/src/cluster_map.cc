@@ -1,6 +1,8 @@
 #include "cluster_map.h"
 
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
+#include "client_impl.h"
 #include "kvnode/client/errors.h"
 
 namespace kvnode::client {
@@ -60,6 +62,33 @@ absl::StatusOr<Route> RouteKey(const proto::ShardMap& map, std::string_view key)
   // slots but no member key has told where it listens.
   if (!n.alive || n.endpoint.empty()) return ShardUnavailableError(r.slot, n.node_id, map.epoch);
   return r;
+}
+
+absl::Status InFlightUnavailableError(uint32_t slot, std::string_view node_id, uint64_t epoch,
+                                      bool write) {
+  absl::Status st = ShardUnavailableError(slot, node_id, epoch);
+  if (!write) return st;
+  absl::Status w(st.code(), absl::StrCat(st.message(), "; the write may have been applied"));
+  st.ForEachPayload(
+      [&](absl::string_view url, const absl::Cord& payload) { w.SetPayload(url, payload); });
+  return w;
+}
+
+uint32_t FailInFlight(const proto::ShardMap& map, std::string_view node_id, Client::Impl& session) {
+  const std::optional<uint16_t> node = map.IndexOf(node_id);
+  if (!node.has_value() || map.nodes[*node].alive || session.connected()) return 0;
+  const std::string id(node_id);
+  uint32_t unavailable = 0;
+  session.FailOutstanding([&](const Slot& s) {
+    if (s.kind == OpKind::kPing) {
+      return absl::UnavailableError(absl::StrCat("PING: node '", id, "' is not alive in map epoch ",
+                                                 map.epoch, " and its session is down"));
+    }
+    ++unavailable;
+    return InFlightUnavailableError(proto::SlotOf(s.key, map.num_slots), id, map.epoch,
+                                    IsWrite(s.kind));
+  });
+  return unavailable;
 }
 
 absl::StatusOr<uint16_t> AnyAliveNode(const proto::ShardMap& map, uint32_t start) {

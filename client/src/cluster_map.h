@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kvnode/client/client.h"
 #include "kvnode/proto/shard_map.h"
 
 namespace kvnode::client {
@@ -58,6 +59,23 @@ struct Route {
 // The owner of the key's slot; ShardUnavailableError (errors.h) when the
 // owner is not alive or has no endpoint.
 absl::StatusOr<Route> RouteKey(const proto::ShardMap& map, std::string_view key);
+// The status of an operation on `slot` already at node `node_id` (sent, or
+// waiting there for its session) when the map says the node is not alive
+// and no session to it is up: SHARD_UNAVAILABLE as for a new operation
+// (RouteKey), and for a write also that it may have been applied (it may
+// have reached the node before it died).
+absl::Status InFlightUnavailableError(uint32_t slot, std::string_view node_id, uint64_t epoch,
+                                      bool write);
+// Fails at once every operation outstanding on `session`, the session to
+// map node `node_id`, when `map` says the node is not alive and the session
+// is not up (down, or reconnecting to where nothing listens): none of them
+// can be answered before the node is back, mostly long after their
+// deadline. A session that is up wins over the map, as in routing (its
+// operations may still be answered): nothing fails then. Keyed operations
+// fail with InFlightUnavailableError, PINGs as a lost connection; Poll on
+// `session` reports each once. Returns how many failed with the former.
+uint32_t FailInFlight(const proto::ShardMap& map, std::string_view node_id, Client::Impl& session);
+
 // A node to send a PING to: the first alive one with an endpoint, from
 // `start` on (round robin); ShardUnavailableError-like Unavailable if none.
 absl::StatusOr<uint16_t> AnyAliveNode(const proto::ShardMap& map, uint32_t start);

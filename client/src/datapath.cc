@@ -347,6 +347,21 @@ void Client::Impl::Finish(uint32_t idx, absl::Status status) {
   done_.push_back(idx);
 }
 
+uint32_t Client::Impl::FailOutstanding(absl::FunctionRef<absl::Status(const Slot&)> status_of) {
+  // What cannot be posted now goes back to the queue first: a slot finished
+  // while still in a batch would keep its work request count.
+  FlushPosts(absl::Now());
+  uint32_t failed = 0;
+  for (uint32_t i = 0; i < slots_.size(); ++i) {
+    const Slot::State st = slots_[i].state;
+    if (st == Slot::State::kQueued || st == Slot::State::kReading || st == Slot::State::kRpc) {
+      Finish(i, status_of(slots_[i]));
+      ++failed;
+    }
+  }
+  return failed;
+}
+
 void Client::Impl::MaybeFree(uint32_t idx) {
   Slot& s = slots_[idx];
   if (s.state == Slot::State::kDone && s.reported && s.reads_outstanding == 0 &&

@@ -500,12 +500,9 @@ void Client::Impl::OnSessionLost(absl::Time now) {
   }
   if (options_.reconnect || pending_ != nullptr) return;
   // No reconnection: everything outstanding fails now.
-  for (uint32_t i = 0; i < slots_.size(); ++i) {
-    Slot::State st = slots_[i].state;
-    if (st == Slot::State::kQueued || st == Slot::State::kReading || st == Slot::State::kRpc) {
-      Finish(i, absl::UnavailableError(absl::StrCat("connection lost: ", why.message())));
-    }
-  }
+  const absl::Status lost =
+      absl::UnavailableError(absl::StrCat("connection lost: ", why.message()));
+  FailOutstanding([&](const Slot&) { return lost; });
 }
 
 // --- blocking teardown (Close) -------------------------------------------------------------

@@ -92,6 +92,56 @@ class ImplTestPeer {
     return slot.status;
   }
 
+  // Slots and send buffers as Init makes them, for Submit. The session
+  // has no credits (nothing is posted: there is no QP), so what is
+  // submitted waits in the queue, as for a session being reconnected.
+  // Reconnection is due but not yet: Poll starts no handshake.
+  void InitSlots() {
+    absl::StatusOr<rdma::HostMemory> mem = rdma::HostMemory::Allocate(
+        (size_t{impl_.slot_count()} * Client::Impl::kSlotStride + 4095) / 4096 * 4096);
+    ASSERT_TRUE(mem.ok()) << mem.status();
+    impl_.slot_mem_ = *std::move(mem);
+    impl_.InitSlots();
+    impl_.need_reconnect_ = true;
+    impl_.next_reconnect_ = absl::InfiniteFuture();
+  }
+  uint32_t Submit(OpKind kind, std::string_view key, uint64_t user_data) {
+    OpRequest op;
+    op.kind = kind;
+    op.key = key;
+    op.user_data = user_data;
+    EXPECT_TRUE(impl_.Submit(op).ok());
+    for (uint32_t i = 0; i < impl_.slots_.size(); ++i) {
+      if (impl_.slots_[i].state != Slot::State::kFree && impl_.slots_[i].user_data == user_data) {
+        return i;
+      }
+    }
+    ADD_FAILURE() << "no slot for " << user_data;
+    return 0;
+  }
+  Slot& slot(uint32_t idx) { return impl_.slots_[idx]; }
+  // The request of slot `idx` went out on the session.
+  void Sent(uint32_t idx) {
+    Slot& s = slot(idx);
+    s.state = Slot::State::kRpc;
+    s.epoch = session()->epoch;
+    s.awaiting_response = true;
+  }
+  void AnsweredBusy(uint32_t idx) { impl_.Hold(idx); }
+  void Finished(uint32_t idx) { impl_.Finish(idx, absl::OkStatus()); }
+  // The node's OK answer to slot `idx`'s request arrives now.
+  void LateOk(uint32_t idx) {
+    proto::ResponseView r;
+    r.opcode = proto::Opcode::kPut;
+    r.status = proto::RpcStatus::kOk;
+    r.sequence = slot(idx).sequence;
+    r.version = 1;
+    EXPECT_TRUE(proto::EncodeResponse(r, &response_).ok());
+    session()->recv_base = reinterpret_cast<const uint8_t*>(response_.data());
+    session()->recv_buffers = 1;
+    impl_.OnResponse(session(), 0, static_cast<uint32_t>(response_.size()), absl::Now());
+  }
+
  private:
   Client::Impl impl_;
   Fd peer_;
@@ -271,6 +321,84 @@ TEST(AnyAliveNode, RoundRobinOverTheAliveOnes) {
   EXPECT_EQ(*AnyAliveNode(map, 3), 1);
   for (proto::MapNode& n : map.nodes) n.alive = false;
   EXPECT_TRUE(absl::IsUnavailable(AnyAliveNode(map, 0).status()));
+}
+
+// --- operations in flight at a node that died ----------------------------------------
+
+TEST(FailInFlight, WriteMessageSaysItMayHaveBeenApplied) {
+  const absl::Status put = InFlightUnavailableError(17, "b", 5, /*write=*/true);
+  EXPECT_TRUE(IsShardUnavailable(put)) << put;
+  EXPECT_EQ(put.message(),
+            "SHARD_UNAVAILABLE: slot 17 of node 'b' (not alive in map epoch 5); the write may "
+            "have been applied");
+  EXPECT_EQ(InFlightUnavailableError(17, "b", 5, /*write=*/false),
+            ShardUnavailableError(17, "b", 5));
+}
+
+// Operations at node b: a PUT sent, a PUT the node answered BUSY (held), a
+// GET and a PING waiting for the session, and a GET already finished but
+// not yet reported. While b's session is up they stay, whatever the map
+// says; once the map says b is not alive and the session is down, every
+// one not finished completes at once, exactly once, and a late answer to
+// the PUT sent is dropped as stale.
+TEST(FailInFlight, OpsAtADeadNodeWithItsSessionDownFailOnceAtOnce) {
+  ImplTestPeer t(proto::kFeatureShardMap, proto::kFeatureShardMap);
+  t.InitSlots();
+  const uint32_t put = t.Submit(OpKind::kPut, "k-put", 1);
+  t.Sent(put);
+  const uint32_t busy = t.Submit(OpKind::kPut, "k-busy", 2);
+  t.AnsweredBusy(busy);
+  t.Submit(OpKind::kGet, "k-get", 3);
+  t.Submit(OpKind::kPing, "", 4);
+  t.Finished(t.Submit(OpKind::kGet, "k-done", 5));
+  EXPECT_EQ(t.impl().held_writes(), 1u);
+
+  proto::ShardMap map = ThreeNodes(7);
+  EXPECT_EQ(FailInFlight(map, "b", t.impl()), 0u) << "b is alive";
+  map.nodes[1].alive = false;
+  EXPECT_EQ(FailInFlight(map, "b", t.impl()), 0u) << "a session that is up wins over the map";
+  EXPECT_EQ(FailInFlight(map, "z", t.impl()), 0u) << "not in the map";
+  EXPECT_EQ(t.slot(put).state, Slot::State::kRpc);
+
+  t.session()->broken = true;  // lost: down until the reconnection
+  EXPECT_EQ(FailInFlight(ThreeNodes(7), "b", t.impl()), 0u) << "alive: it may come back in time";
+  EXPECT_EQ(FailInFlight(map, "b", t.impl()), 3u) << "PUT, held PUT, GET (and the PING)";
+  EXPECT_EQ(FailInFlight(map, "b", t.impl()), 0u) << "each fails once";
+  t.LateOk(put);
+  EXPECT_EQ(t.impl().stats_.stale_responses, 1u);
+
+  OpResult out[8];
+  ASSERT_EQ(t.impl().Poll(std::span<OpResult>(out)), 5u);
+  std::set<uint64_t> seen;
+  for (int i = 0; i < 5; ++i) {
+    const OpResult& r = out[i];
+    EXPECT_TRUE(seen.insert(r.user_data).second) << "twice: " << r.user_data;
+    const std::string key = r.user_data == 1 ? "k-put" : r.user_data == 2 ? "k-busy" : "k-get";
+    const std::string slot = absl::StrCat(proto::SlotOf(key, map.num_slots));
+    switch (r.user_data) {
+      case 1:
+      case 2:
+        EXPECT_TRUE(IsShardUnavailable(r.status)) << r.status;
+        EXPECT_EQ(r.status.message(), absl::StrCat("SHARD_UNAVAILABLE: slot ", slot,
+                                                   " of node 'b' (not alive in map epoch 7); "
+                                                   "the write may have been applied"));
+        break;
+      case 3:
+        EXPECT_EQ(r.status.message(), absl::StrCat("SHARD_UNAVAILABLE: slot ", slot,
+                                                   " of node 'b' (not alive in map epoch 7)"));
+        break;
+      case 4:
+        EXPECT_TRUE(absl::IsUnavailable(r.status)) << r.status;
+        EXPECT_FALSE(IsShardUnavailable(r.status)) << "a PING has no slot";
+        break;
+      default:
+        EXPECT_TRUE(r.status.ok()) << "finished before: its own result";
+    }
+  }
+  EXPECT_EQ(t.impl().Poll(std::span<OpResult>(out)), 0u);
+  EXPECT_EQ(t.impl().outstanding(), 0u) << "every slot free again";
+  EXPECT_EQ(t.impl().held_writes(), 0u);
+  EXPECT_EQ(t.impl().available(OpKind::kPut), t.impl().options_.max_outstanding);
 }
 
 // --- WRONG_SHARD plans ---------------------------------------------------------------

@@ -26,8 +26,6 @@ kv_etcdctl put "/kvnode/$KV_CLUSTER/map" "$(map_json 1 1366)" >/dev/null || kv_f
 KV_TOKEN="$KV_TEST_DIR/token"
 (umask 077 && head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$KV_TOKEN")
 KV_C_IDS=(a b c)
-# The node refuses a --pid_file directory that others can reach.
-for id in "${KV_C_IDS[@]}"; do mkdir -m 700 -p "$KV_TEST_DIR/node-$id"; done
 # One after another: three starts at once starve etcd in the TCG guest.
 for i in 0 1 2; do kv_cluster_node_start "$i"; done
 kv_wait_for 90 kv_cluster_serving 3 || {

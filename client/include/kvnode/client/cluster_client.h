@@ -18,8 +18,12 @@
 //     is up, fails at once with kShardUnavailable ("SHARD_UNAVAILABLE: slot
 //     S of node 'b' (not alive in map epoch E)"): nothing is sent. (A
 //     session that is up wins over the map: liveness is the pushing node's
-//     view, which may be stale.) Once a later map says the node is alive,
-//     its operations go to it again.
+//     view, which may be stale.) Operations already at such a node (sent,
+//     or waiting for its session to reconnect) fail the same way as soon as
+//     both are true, in either order, instead of waiting out their
+//     deadline; a write's message adds "the write may have been applied".
+//     Once a later map says the node is alive, its operations go to it
+//     again.
 //   - Maps keep coming on every session (pushed on every change). The
 //     client keeps the newest valid one: a higher epoch wins; the same
 //     epoch may bring new membership (endpoints, liveness); invalid maps,
