@@ -34,7 +34,7 @@ load 5 "$KV_DIR/preload.json" --preload || kv_fail "preload: $(tail -3 "$KV_DIR/
 
 restart() { # MODE N: SIGKILL, then start again; sets ms (kill -> ping)
   kill -KILL "$KV_PID"
-  { wait "$KV_PID"; } 2>/dev/null
+  { wait "$KV_PID" || true; } 2>/dev/null
   local t0 t1
   t0=$(kv_now_ns)
   [[ $1 == rebuilt ]] && rm -f "/dev/shm/$KV_SHM"
@@ -54,9 +54,10 @@ for ((t = 1; t <= trials; t++)); do
   for mode in recovered rebuilt; do
     n=$((n + 1))
     rep="$KV_DIR/trial-$n.json"
+    base=$(kv_stat ops_put)
     load 12 "$rep" &
     lp=$!
-    progressed() { [[ $(kv_stat ops_put) -ge 200 ]]; }
+    progressed() { [[ $(kv_stat ops_put) -ge $((base + 200)) ]]; }
     kv_wait_for 60 progressed || kv_fail "trial $n: no load"
     restart "$mode" "$n"
     wait "$lp" || kv_fail "trial $n: kvload failed: $(tail -3 "$rep.log")"
