@@ -72,7 +72,8 @@ kv_require_device
 unit_exec=${KV_UNIT_EXEC:-/usr/local/bin/kvnode}
 KV_NODE_BIN=${KV_NODE_BIN_REAL:-$KV_BUILD/node/kvnode}
 
-root=$(mktemp -d "/tmp/kv-e2e-$KV_TEST.XXXXXX")
+kv_tmpdir "$KV_TEST"
+root=$KV_TMP
 KV_DIR=$root
 mkdir -p "$root/var/lib" "$root/run" "$root/etc"
 mkdir -m 700 "$root/var/lib/kvnode" "$root/run/kvnode" "$root/etc/kvnode"

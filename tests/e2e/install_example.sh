@@ -15,7 +15,8 @@ hello=$out/build/hello_client
 [[ -x $hello && -x $out/prefix/bin/kvnode ]] ||
   kv_fail "$hello or $out/prefix/bin/kvnode missing: run ctest -R install_example_build on the host first"
 KV_KVCTL=$out/prefix/bin/kvctl
-builds=$(mktemp -d /tmp/kv-install-builds.XXXXXX)
+kv_tmpdir install-builds
+builds=$KV_TMP
 KV_NODE_BIN_REAL=$out/prefix/bin/kvnode up_make_builds "$builds"
 KV_NODE_BIN=$builds/kvnode-a
 kv_start_node

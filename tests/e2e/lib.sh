@@ -10,6 +10,7 @@
 #   kv_stat KEY                          # a number from `stats` (dotted path: errors.auth_failed)
 #   kv_rdma_count qp|mr [PID]            # objects of PID in `rdma resource show`
 #   kv_stop_node                         # SIGTERM; exit 0 within KV_STOP_TIMEOUT s, no leaks
+#   kv_tmpdir NAME                       # KV_TMP: a fresh dir under /tmp, removed at exit
 #   kv_fail MSG / kv_ok MSG
 set -euo pipefail
 # kv_nap (a sleep without an exec) and the device helpers are shared with deploy/.
@@ -45,19 +46,30 @@ kv_fail() {
     tail -n 60 "$KV_LOG" >&2
   fi
   kv_cluster_story >&2
-  kv_keep_logs
   exit 1
 }
 
-# A failed test's logs (not its databases) go to KV_KEEP_DIR/TEST
-# [build/e2e-failed]: the guest's /tmp does not outlive it.
+# The test's temp dirs, removed when it exits: the device tests share one
+# guest whose /tmp is RAM, and each database holds a 32 MiB journal spare and
+# each etcd a 64 MB WAL, so dirs left behind fill it within the suite.
+KV_TMP_DIRS=()
+kv_tmpdir() { # NAME -> KV_TMP
+  KV_TMP=$(mktemp -d "/tmp/kv-e2e-$1.XXXXXX")
+  KV_TMP_DIRS+=("$KV_TMP")
+}
+
+# A failed test's logs (not its databases) go to KV_KEEP_DIR/TEST/DIR
+# [build/e2e-failed] before its temp dirs are removed.
 kv_keep_logs() {
-  [[ -n ${KV_TEST_DIR:-} && -d $KV_TEST_DIR ]] || return 0
-  local keep="${KV_KEEP_DIR:-$KV_BUILD/e2e-failed}/$KV_TEST"
+  local keep="${KV_KEEP_DIR:-$KV_BUILD/e2e-failed}/$KV_TEST" d
   rm -rf "$keep" && mkdir -p "$keep" || return 0
-  (cd "$KV_TEST_DIR" && find . -type f \( -name '*.log' -o -name '*.json' -o -name '*.tsv' \
-    -o -name '*.out' \) -not -path '*/db/*' -not -path './etcd/*' -print0 |
-    xargs -0r cp --parents -t "$keep") 2>/dev/null || true
+  for d in "${KV_TMP_DIRS[@]}"; do
+    [[ -d $d ]] || continue
+    mkdir -p "$keep/${d##*/}"
+    (cd "$d" && find . -type f \( -name '*.log' -o -name '*.json' -o -name '*.tsv' \
+      -o -name '*.out' \) -not -path '*/db/*' -not -path './etcd/*' -print0 |
+      xargs -0r cp --parents -t "$keep/${d##*/}") 2>/dev/null || true
+  done
   echo "---- logs kept in $keep" >&2
 }
 
@@ -116,7 +128,8 @@ kv_rdma_count() {
 }
 
 kv_start_node() {
-  KV_DIR=$(mktemp -d "/tmp/kv-e2e-$KV_TEST.XXXXXX")
+  kv_tmpdir "$KV_TEST"
+  KV_DIR=$KV_TMP
   KV_SHM="kvnode-e2e-$$-$RANDOM"
   KV_ADMIN="$KV_DIR/admin/admin.sock"
   KV_LOG="$KV_DIR/kvnode.log"
@@ -182,7 +195,8 @@ kv_stop_kvload() { # PID LOG
   [[ $rc -eq 0 ]] || { tail -20 "$2" >&2; kv_fail "kvload exited $rc"; }
 }
 
-kv_cleanup() {
+kv_cleanup() { # [RC: the test's exit status, when a trap of its own runs first]
+  local rc=${1:-$?}
   if [[ -n $KV_PID ]] && kill -0 "$KV_PID" 2>/dev/null; then kill -KILL "$KV_PID" || true; fi
   # Background jobs of a failed test (kvload --duration 3600, a client...)
   # must not outlive it: the device tests share one VM, and a leftover
@@ -192,6 +206,9 @@ kv_cleanup() {
   for j in $(jobs -p); do kill -KILL "$j" 2>/dev/null || true; done
   [[ -n ${KV_SHM:-} ]] && rm -f "/dev/shm/$KV_SHM"
   kv_cluster_cleanup
+  ((rc == 0)) || kv_keep_logs
+  # A process killed above may still be closing files: removal is best effort.
+  rm -rf "${KV_TMP_DIRS[@]}" 2>/dev/null || true
   return 0
 }
 trap kv_cleanup EXIT
@@ -228,7 +245,9 @@ read -ra KV_CLUSTER_NODE_FLAGS <<<"${KV_CLUSTER_NODE_FLAGS:-}"
 
 # The test's own temp dir (etcd's data, the cluster's nodes), made on first use.
 kv_test_dir() {
-  [[ -n $KV_TEST_DIR ]] || KV_TEST_DIR=$(mktemp -d "/tmp/kv-e2e-$KV_TEST.XXXXXX")
+  [[ -n $KV_TEST_DIR ]] && return 0
+  kv_tmpdir "$KV_TEST"
+  KV_TEST_DIR=$KV_TMP
 }
 
 # Sets KV_PORT to a TCP port nobody listens on and this test has not drawn

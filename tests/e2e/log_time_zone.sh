@@ -10,8 +10,8 @@
 # by path after. Skipped (77) where strace cannot trace.
 source "$(dirname "$0")/lib.sh"
 
-dir=$(mktemp -d "/tmp/kv-$KV_TEST.XXXXXX")
-trap 'rm -rf "$dir"; kv_cleanup' EXIT
+kv_tmpdir "$KV_TEST"
+dir=$KV_TMP
 if ! command -v strace >/dev/null || ! strace -o /dev/null true 2>/dev/null; then
   kv_log "SKIP: strace is missing or cannot trace here"
   exit 77

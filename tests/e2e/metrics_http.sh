@@ -19,7 +19,8 @@ kv_require_device
 for t in curl promtool; do
   command -v "$t" >/dev/null || kv_fail "$t is missing (deploy/install-deps.sh: curl, prometheus)"
 done
-bins=$(mktemp -d /tmp/kv-e2e-metrics-http.XXXXXX)
+kv_tmpdir metrics-http-bins
+bins=$KV_TMP
 up_make_builds "$bins"
 # Build b, as the old process, fails its upgrades at o_handover: after it
 # stopped accepting (E).
@@ -130,5 +131,4 @@ scrape "$KV_DIR/e.txt" || kv_fail "E: GET $url after the rollback failed"
 [[ $(value "$KV_DIR/e.txt" kvnode_upgrade_in_progress) == 0 ]] || kv_fail "E: still upgrading"
 kv_ok "E: rolled back at o_handover; $SCRAPED scrapes through it, all 200 from generation 2"
 up_stop_node
-rm -rf "$bins"
 echo "metrics_http: PASS"

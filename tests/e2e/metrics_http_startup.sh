@@ -8,10 +8,11 @@
 # start then fails at the device, not at the metrics address).
 source "$(dirname "$0")/lib.sh"
 
-dir=$(mktemp -d "/tmp/kv-$KV_TEST.XXXXXX")
+kv_tmpdir "$KV_TEST"
+dir=$KV_TMP
 chmod 700 "$dir"
 holder=""
-trap '[[ -n $holder ]] && kill "$holder" 2>/dev/null; rm -rf "$dir"; kv_cleanup' EXIT
+trap 'rc=$?; [[ -n $holder ]] && kill "$holder" 2>/dev/null; kv_cleanup "$rc"' EXIT
 KV_LOG=$dir/node.log # kv_fail shows it
 
 # A listener on a free port, held until stdin closes (the kernel picks it).

@@ -26,7 +26,8 @@ kv_require_device
 id nobody >/dev/null 2>&1 || kv_fail "no user nobody"
 as_nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }
 
-base=$(mktemp -d "/tmp/kv-e2e-$KV_TEST.XXXXXX")
+kv_tmpdir "$KV_TEST"
+base=$KV_TMP
 chmod 755 "$base"
 # The node runs as nobody, who may not reach this build (a checkout in a
 # directory only its owner can enter: root's home, a mktemp -d); a live

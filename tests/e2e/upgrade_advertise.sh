@@ -21,7 +21,8 @@ kv_require_device
 n=${KV_UPGRADES:-2}
 clients=4
 
-bins=$(mktemp -d /tmp/kv-e2e-advertise-bins.XXXXXX)
+kv_tmpdir advertise-bins
+bins=$KV_TMP
 up_make_builds "$bins"
 KV_NODE_BIN=$bins/kvnode-a
 
@@ -85,9 +86,10 @@ kv_start_node
 B_PID=$KV_PID B_ADDR=$KV_ADDR B_ADMIN=$KV_ADMIN B_SHM=$KV_SHM B_LOG=$KV_LOG
 token=$KV_TOKEN
 b_cleanup() {
+  local rc=$?
   if [[ -n ${B_PID:-} ]] && kill -0 "$B_PID" 2>/dev/null; then kill -KILL "$B_PID" || true; fi
   rm -f "/dev/shm/$B_SHM"
-  kv_cleanup
+  kv_cleanup "$rc"
 }
 trap b_cleanup EXIT
 KV_PID=""

@@ -19,7 +19,8 @@ departed=${KV_DEPARTED:-32}
 n=${KV_UPGRADES:-1}
 batch=48
 
-bins=$(mktemp -d /tmp/kv-e2e-departed-bins.XXXXXX)
+kv_tmpdir departed-bins
+bins=$KV_TMP
 up_make_builds "$bins"
 KV_NODE_BIN=$bins/kvnode-a
 kv_start_node "${UP_NODE_FLAGS[@]}" --max_clients $((batch + 8))

@@ -15,7 +15,8 @@
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/upgrade_lib.sh"
 kv_require_device
-bins=$(mktemp -d /tmp/kv-e2e-upgrade-kvctl.XXXXXX)
+kv_tmpdir upgrade-kvctl-bins
+bins=$KV_TMP
 up_make_builds "$bins"
 printf '#!/bin/sh\nexec sleep 600\n' >"$bins/silent"
 chmod 755 "$bins/silent"

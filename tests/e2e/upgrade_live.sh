@@ -25,7 +25,8 @@ pre_pids=$(user_objects | { grep -o ' pid [0-9]*' || true; } | awk '{print $2}' 
 UP_IGNORE_PIDS=$pre_pids
 [[ -z $pre_pids ]] || kv_log "note: verbs objects of other processes before this test (not ours): $(user_objects)"
 
-bins=$(mktemp -d /tmp/kv-e2e-upgrade-bins.XXXXXX)
+kv_tmpdir upgrade-bins
+bins=$KV_TMP
 up_make_builds "$bins"
 KV_NODE_BIN=$bins/kvnode-a
 kv_start_node "${UP_NODE_FLAGS[@]}"

@@ -12,7 +12,8 @@ source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/upgrade_lib.sh"
 kv_require_device
 real=$KV_BUILD/node/kvnode
-bins=$(mktemp -d /tmp/kv-e2e-upgrade-refusals.XXXXXX)
+kv_tmpdir upgrade-refusals-bins
+bins=$KV_TMP
 printf '#!/bin/sh\nexec "%s" "$@" --upgrade_test_incompatible=layout\n' "$real" >"$bins/incompatible"
 chmod 755 "$bins/incompatible"
 
