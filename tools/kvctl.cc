@@ -3,7 +3,8 @@
 //   kvctl [--admin_socket PATH] [--json] [--timeout_ms N] COMMAND [ARGS]
 //
 // Commands: ping, stats, metrics (Prometheus text), mrs, clients, memory,
-// upgrade [--binary PATH] [--no_wait] [--timeout_s N], drain [SECONDS];
+// upgrade [--binary PATH] [--no_wait] [--timeout_s N], drain [SECONDS],
+// check (the arena against RocksDB: exit 1 when a problem is found);
 // and, against etcd rather than a node, cluster init|status|forget-node
 // (kvctl_cluster.h).
 // Human-readable output by default, the node's raw JSON with --json. Exit
@@ -55,6 +56,10 @@ DEFINE_int32(timeout_s, 120,
 namespace {
 
 using nlohmann::json;
+
+// `check` walks every key and bucket (about a second per million keys on
+// the dev host, writes waiting): its wait unless --timeout_ms is given.
+constexpr int kCheckTimeoutMs = 600'000;
 
 std::string Scalar(const json& v) {
   if (v.is_string()) return v.get<std::string>();
@@ -266,6 +271,25 @@ int Follow(const std::string& socket_path, const json& ping, const json& stats0,
   return NoOutcomeInTime();
 }
 
+// The answer to `check`; exit 0 when clean, 1 when not.
+int PrintCheck(const json& j) {
+  auto n = [&](const char* k) { return j.value(k, json(0)).dump(); };
+  if (j.value("clean", false)) {
+    std::printf(
+        "check: clean in %s s: %s keys in RocksDB, %s read from the arena as a client reads "
+        "them, %s sent to the server by a marker; %s buckets, %s resident slots, %s markers\n",
+        n("seconds").c_str(), n("db_keys").c_str(), n("found").c_str(), n("sent_to_server").c_str(),
+        n("buckets").c_str(), n("resident_slots").c_str(), n("marker_slots").c_str());
+    return 0;
+  }
+  std::printf("check: %s problem(s) between the arena and RocksDB (%s keys); the first:\n",
+              n("problems").c_str(), n("db_keys").c_str());
+  for (const json& p : j.value("first_problems", json::array())) {
+    std::printf("  %s\n", Scalar(p).c_str());
+  }
+  return 1;
+}
+
 // `kvctl upgrade` without --no_wait: the outcome, waited for up to --timeout_s.
 int Upgrade(const std::string& socket_path, const std::vector<std::string>& args) {
   const absl::Time t0 = absl::Now();
@@ -334,7 +358,7 @@ int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
                  "kvctl: no command (ping, stats, metrics, mrs, clients, memory, upgrade, drain, "
-                 "cluster)\n");
+                 "check, cluster)\n");
     return 2;
   }
   const std::string cmd = argv[1];
@@ -342,8 +366,8 @@ int main(int argc, char** argv) {
     return kvnode::tools::ClusterCommand(std::vector<std::string>(argv + 2, argv + argc),
                                          FLAGS_json);
   }
-  static const std::vector<std::string> kCommands = {"ping",    "stats",  "metrics", "mrs",
-                                                     "clients", "memory", "upgrade", "drain"};
+  static const std::vector<std::string> kCommands = {
+      "ping", "stats", "metrics", "mrs", "clients", "memory", "upgrade", "drain", "check"};
   if (std::find(kCommands.begin(), kCommands.end(), cmd) == kCommands.end()) {
     std::fprintf(stderr, "kvctl: unknown command '%s'\n", cmd.c_str());
     return 2;
@@ -367,9 +391,14 @@ int main(int argc, char** argv) {
   if (cmd == "upgrade" && !FLAGS_no_wait) {
     return Upgrade(socket_path, std::vector<std::string>(words.begin() + 1, words.end()));
   }
+  // A check walks the whole store: its own default wait.
+  const int timeout_ms =
+      cmd == "check" && gflags::GetCommandLineFlagInfoOrDie("timeout_ms").is_default
+          ? kCheckTimeoutMs
+          : FLAGS_timeout_ms;
   const absl::Time t0 = absl::Now();
   absl::StatusOr<std::string> answer = kvnode::client::AdminRequest(
-      socket_path, absl::StrJoin(words, " "), t0 + absl::Milliseconds(FLAGS_timeout_ms));
+      socket_path, absl::StrJoin(words, " "), t0 + absl::Milliseconds(timeout_ms));
   if (!answer.ok()) {
     std::fprintf(stderr, "kvctl: %s\n", std::string(answer.status().message()).c_str());
     return 2;
@@ -386,7 +415,7 @@ int main(int argc, char** argv) {
   const bool ok = j.is_object() && j.value("ok", false);
   if (FLAGS_json) {
     std::printf("%s\n", j.dump().c_str());
-    return ok ? 0 : 1;
+    return ok && (cmd != "check" || j.value("clean", false)) ? 0 : 1;
   }
   if (!ok) {
     std::fprintf(
@@ -404,6 +433,7 @@ int main(int argc, char** argv) {
     std::printf("\n");
     return 0;
   }
+  if (cmd == "check") return PrintCheck(j);
   if (cmd == "drain") {
     std::printf(
         "draining: new sessions are refused; the node exits once its %s client(s) have "

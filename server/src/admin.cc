@@ -41,6 +41,8 @@ const char* AdminCommandName(AdminCommand c) {
       return "upgrade";
     case AdminCommand::kDrain:
       return "drain";
+    case AdminCommand::kCheck:
+      return "check";
   }
   return "?";
 }
@@ -87,11 +89,13 @@ absl::StatusOr<AdminRequest> ParseAdminRequest(std::string_view line) {
   } else if (w == "drain") {
     req.command = AdminCommand::kDrain;
     max_args = 1;
+  } else if (w == "check") {
+    req.command = AdminCommand::kCheck;
   } else {
     return absl::InvalidArgumentError(
         absl::StrCat("admin: unknown command '", w.substr(0, 64),
                      "' (ping, stats, metrics, mrs, clients, memory, upgrade [--wait] [BINARY], "
-                     "drain [SECONDS])"));
+                     "drain [SECONDS], check)"));
   }
   if (words.size() - 1 > max_args) {
     return absl::InvalidArgumentError(
@@ -252,6 +256,21 @@ std::string MemoryAnswer(const MemoryView& v) {
   return Line(json{{"ok", true},
                    {"malloc_in_use_bytes", v.malloc_in_use_bytes},
                    {"malloc_free_bytes", v.malloc_free_bytes}});
+}
+
+std::string CheckAnswer(const absl::StatusOr<storage::CheckReport>& r) {
+  if (!r.ok()) return AdminErrorAnswer(std::string(r.status().message()));
+  return Line(json{{"ok", true},
+                   {"clean", r->clean()},
+                   {"db_keys", r->db_keys},
+                   {"found", r->found},
+                   {"sent_to_server", r->sent_to_server},
+                   {"buckets", r->buckets},
+                   {"resident_slots", r->resident_slots},
+                   {"marker_slots", r->marker_slots},
+                   {"problems", r->problems},
+                   {"first_problems", r->first_problems},
+                   {"seconds", r->seconds}});
 }
 
 ExtraStat PrometheusExtra(const ExtraStat& e) {

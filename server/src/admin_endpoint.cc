@@ -170,6 +170,13 @@ void ServerImpl::AnswerAdmin(AdminConn& a) {
     case AdminCommand::kDrain:
       StartDrain(a, *req);
       break;
+    case AdminCommand::kCheck:
+      // Runs on the data thread, which writes: nothing is written meanwhile
+      // (RPC GETs and sessions wait too; one-sided READs go on). Its length
+      // is the store's size, not the admin time-out.
+      a.deadline = absl::InfiniteFuture();
+      data_->Post([this, reply_later] { reply_later(CheckAnswer(store_->Check())); });
+      return;
   }
   FlushAdmin(a);
 }

@@ -21,8 +21,10 @@
 # verification errors and zero stale reads across every restart; after the
 # load stops, one more SIGKILL and restart, then `kvload --audit` of the ack
 # log: every acknowledged write is readable at its version or newer, every
-# acknowledged DELETE reads NOT_FOUND or newer. Finally a clean SIGTERM with
-# no leaked verbs objects.
+# acknowledged DELETE reads NOT_FOUND or newer. After every restart `kvctl
+# check` (under the load) must find the arena and RocksDB in agreement: no
+# key a reader of the arena would miss or read stale. Finally a clean SIGTERM
+# with no leaked verbs objects.
 source "$(dirname "$0")/lib.sh"
 kv_require_device
 
@@ -69,6 +71,13 @@ restart_and_wait() {
   next_sync
   spawn_node "$sync_now"
   kv_wait_for 120 kv_admin ping || kv_fail "restarted node did not answer ping within 120 s"
+  arena_checked
+}
+arena_checked() {
+  local out rc=0
+  out=$("$KV_KVCTL" --admin_socket "$KV_ADMIN" check 2>&1) || rc=$?
+  ((rc == 0)) || kv_fail "kvctl check after restart $restarts (exit $rc): $out"
+  kv_log "restart $restarts: $(grep -o '^check: clean in [0-9.]* s: [0-9]* keys' <<<"$out")"
 }
 store_opened() { grep -q "keys (.* resident), arena" "$KV_LOG"; }
 node_died() { ! kill -0 "$KV_PID" 2>/dev/null; }

@@ -24,6 +24,7 @@
 #             once writes are paused --upgrade_write_pause_limit_ms, here 15 s,
 #             below kvload's op deadline)
 # and then: kvload's failed ops / verify errors / stale reads, the ack-log audit
+# and `kvctl check` (the arena against RocksDB)
 # on the surviving node, and the recovery time (signal -> outcome observed; for
 # a restart, -> the restarted node answers).
 # One line per cell in $KV_FAULT_REPORT (default $TMPDIR/upgrade_faults.txt).
@@ -227,12 +228,19 @@ except Exception:
     --report "$KV_DIR/audit.json" >"$KV_DIR/audit.log" 2>&1; then
     audit=FAIL
   fi
+  # What serves now, its arena against RocksDB (kvctl check).
+  check=n/a
+  if [[ $audit == pass && $upgrade_done == yes ]]; then
+    check=clean
+    "$KV_KVCTL" --admin_socket "$KV_ADMIN" check >"$KV_DIR/check.log" 2>&1 || check=FAIL
+  fi
   verdict=ok
   [[ $outcome == "$expect" ]] || verdict=UNEXPECTED
   [[ $audit != FAIL ]] || verdict=LOST_ACKED_WRITE
   [[ $audit != no_node ]] || verdict="${verdict}+nothing_serves"
   [[ $failed == 0 && $verr == 0 && $stale == 0 ]] || verdict="${verdict}+client_errors"
   [[ $upgrade_done == yes ]] || verdict="${verdict}+upgrade_not_complete"
+  [[ $check != FAIL ]] || verdict="${verdict}+arena_check"
   if [[ $outcome == takeover || $outcome == restart ]] && [[ -e $KV_DIR/db/kvnode-writes.journal ]]; then
     verdict="${verdict}+journal_left"
   fi
@@ -264,8 +272,8 @@ except Exception:
   # each one it republished): shows whether a cell exercised that window.
   republished=$(cat "$KV_DIR"/*.log 2>/dev/null | grep -c 'republished a key' || true)
   [[ -z $killed ]] || replayed="$replayed (SIGKILL after $killed)"
-  line=$(printf '%-22s expect %-8s got %-8s recovery %6d ms  failed %s verify %s stale %s audit %s  republished %s  replayed %s  %s' \
-    "$cell" "$expect" "$outcome" "$recovery_ms" "$failed" "$verr" "$stale" "$audit" \
+  line=$(printf '%-22s expect %-8s got %-8s recovery %6d ms  failed %s verify %s stale %s audit %s check %s  republished %s  replayed %s  %s' \
+    "$cell" "$expect" "$outcome" "$recovery_ms" "$failed" "$verr" "$stale" "$audit" "$check" \
     "$republished" "$replayed" "$verdict")
   echo "$line" | tee -a "$out" >&2
   [[ $verdict == ok ]] || failures=$((failures + 1))

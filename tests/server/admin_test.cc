@@ -22,6 +22,8 @@ TEST(AdminParse, KnownCommands) {
   EXPECT_EQ(ParseAdminRequest("clients")->command, AdminCommand::kClients);
   EXPECT_EQ(ParseAdminRequest("memory")->command, AdminCommand::kMemory);
   EXPECT_EQ(ParseAdminRequest("drain")->command, AdminCommand::kDrain);
+  EXPECT_EQ(ParseAdminRequest("check")->command, AdminCommand::kCheck);
+  EXPECT_FALSE(ParseAdminRequest("check now").ok());
   absl::StatusOr<AdminRequest> up = ParseAdminRequest("upgrade /usr/bin/kvnode\n");
   ASSERT_TRUE(up.ok());
   EXPECT_EQ(up->command, AdminCommand::kUpgrade);
@@ -203,6 +205,25 @@ TEST(AdminRender, Memory) {
   EXPECT_EQ(j["ok"], true);
   EXPECT_EQ(j["malloc_in_use_bytes"], 4096);
   EXPECT_EQ(j["malloc_free_bytes"], 512);
+}
+
+TEST(AdminRender, Check) {
+  storage::CheckReport r;
+  r.db_keys = 10;
+  r.found = 9;
+  r.sent_to_server = 1;
+  json j = json::parse(CheckAnswer(r));
+  EXPECT_TRUE(j["ok"]);
+  EXPECT_TRUE(j["clean"]);
+  EXPECT_EQ(j["db_keys"], 10);
+  r.problems = 1;
+  r.first_problems = {"key 'k': resident at version 2, but RocksDB has no such key"};
+  j = json::parse(CheckAnswer(r));
+  EXPECT_FALSE(j["clean"]);
+  EXPECT_EQ(j["first_problems"][0], r.first_problems[0]);
+  j = json::parse(CheckAnswer(absl::FailedPreconditionError("not the writer")));
+  EXPECT_FALSE(j["ok"]);
+  EXPECT_EQ(j["error"], "not the writer");
 }
 
 TEST(AdminRender, AccessFlags) {

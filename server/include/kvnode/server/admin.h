@@ -18,12 +18,23 @@
 
 #include "absl/status/statusor.h"
 #include "kvnode/server/metrics.h"
+#include "kvnode/storage/store.h"
 
 namespace kvnode::server {
 
 inline constexpr size_t kMaxAdminLine = 4096;
 
-enum class AdminCommand { kPing, kStats, kMetrics, kMrs, kClients, kMemory, kUpgrade, kDrain };
+enum class AdminCommand {
+  kPing,
+  kStats,
+  kMetrics,
+  kMrs,
+  kClients,
+  kMemory,
+  kUpgrade,
+  kDrain,
+  kCheck
+};
 const char* AdminCommandName(AdminCommand c);
 
 struct AdminRequest {
@@ -142,6 +153,11 @@ std::string ClientsAnswer(const std::vector<ClientRow>& rows);
 std::string MrsAnswer(const std::vector<MrRow>& rows, uint64_t pinned_bytes);
 // {"ok":true,"malloc_in_use_bytes":N,"malloc_free_bytes":N}
 std::string MemoryAnswer(const MemoryView& v);
+// Store::Check's report: {"ok":true,"clean":B,"db_keys":N,"found":N,
+// "sent_to_server":N,"buckets":N,"resident_slots":N,"marker_slots":N,
+// "problems":N,"first_problems":[...],"seconds":S}; an error when it could
+// not run.
+std::string CheckAnswer(const absl::StatusOr<storage::CheckReport>& r);
 // How a live upgrade ended, for `upgrade --wait`, as the old process saw it.
 struct UpgradeOutcome {
   bool rolled_back = false;

@@ -150,6 +150,21 @@ struct StoreStats {
   uint64_t replayed_locked = 0;  // of those, replayed while writes waited
 };
 
+// What Store::Check found. A problem is a state a reader could be misled by
+// (a stale value, a false NotFound) or one the writer's invariants forbid.
+struct CheckReport {
+  uint64_t db_keys = 0;         // keys in RocksDB
+  uint64_t found = 0;           // of them, read from the arena as a client reads them
+  uint64_t sent_to_server = 0;  // of them, not resident: a marker or LOSSY sends readers to RocksDB
+  uint64_t buckets = 0;         // buckets walked (home and overflow)
+  uint64_t resident_slots = 0;
+  uint64_t marker_slots = 0;
+  uint64_t problems = 0;
+  std::vector<std::string> first_problems;  // the first few, each naming its key or slot
+  double seconds = 0;
+  bool clean() const { return problems == 0; }
+};
+
 // What a Put or Delete did, for a SideRecord's value.
 struct WriteOutcome {
   uint64_t version = 0;  // the Put's version (0 for a Delete)
@@ -287,6 +302,16 @@ class Store {
   // while OpenDb takes it over (retry).
   [[nodiscard]] absl::StatusOr<GetResult> Get(std::string_view key);
 
+  // The arena against RocksDB (`kvctl check`): every key of the database is
+  // read from the arena as a remote client reads it (a stale value or a
+  // NotFound is a problem; a marker or LOSSY, which send the reader to the
+  // server, are not), and every resident slot's object is checked against
+  // the database (intact, owned by its slot, in its home chain, the
+  // database's version and value). Holds the writer's lock: writes wait
+  // while it runs, reads go on. FailedPrecondition when this process is not
+  // the writer with RocksDB open.
+  [[nodiscard]] absl::StatusOr<CheckReport> Check() ABSL_LOCKS_EXCLUDED(write_mu_);
+
   // The mapping to register (one MR, iova 0: remote address = arena offset).
   char* arena_base() const;
   uint64_t arena_size() const;
@@ -364,6 +389,9 @@ class Store {
       ABSL_SHARED_LOCKS_REQUIRED(db_mu_);
   // FailedPrecondition when a writer died inside the heap allocator.
   absl::Status CheckHeap() const;
+  // Check's two passes (check.cc).
+  void CheckDbKeys(CheckReport& r) ABSL_SHARED_LOCKS_REQUIRED(db_mu_, arena_mu_);
+  void CheckChains(CheckReport& r) ABSL_SHARED_LOCKS_REQUIRED(db_mu_, arena_mu_);
   // Open's test of an arena found at start: "" to take it, else why not.
   static std::string ReattachRefusal(Arena& arena, uint64_t replayed, uint64_t db_gen,
                                      uint64_t db_arena_id);
