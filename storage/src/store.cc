@@ -13,6 +13,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "db_layout.h"
 #include "glog/logging.h"
 #include "index.h"
@@ -350,17 +352,47 @@ std::string Store::ReattachRefusal(Arena& arena, uint64_t replayed, uint64_t db_
   return "";
 }
 
+namespace {
+
+// The steps of an Open and their times, for its log line: what a start
+// after a crash spends before it can serve.
+class OpenPhases {
+ public:
+  void Done(const char* step) {
+    const absl::Time now = absl::Now();
+    absl::StrAppend(&text_, text_.empty() ? "" : ", ", step, " ",
+                    absl::FormatDuration(absl::Trunc(now - last_, absl::Microseconds(100))));
+    last_ = now;
+  }
+  std::string Line() const {
+    return absl::StrCat(absl::FormatDuration(absl::Trunc(last_ - start_, absl::Milliseconds(1))),
+                        " (", text_, ")");
+  }
+
+ private:
+  absl::Time start_ = absl::Now();
+  absl::Time last_ = start_;
+  std::string text_;
+};
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Store>> Store::Open(const StoreOptions& options) {
   if (absl::Status s = options.Validate(); !s.ok()) return s;
   std::unique_ptr<Store> store(new Store(options));
   Store& st = *store;
   absl::MutexLock w(&st.write_mu_);
   absl::MutexLock d(&st.db_mu_);
+  OpenPhases phases;
   if (absl::Status s = st.OpenRocksDb(); !s.ok()) return s;
+  st.wal_records_replayed_ = st.MemtableRecords();
+  phases.Done("rocksdb open");
   absl::StatusOr<uint64_t> replayed = st.ReplayJournal();
   if (!replayed.ok()) return replayed.status();
   st.RemoveRetiredJournal();
+  phases.Done("journal");
   st.MakeSpareJournal();
+  phases.Done("spare journal");
   if (*replayed > 0) {
     LOG(INFO) << "store " << options.db_path << ": replayed " << *replayed
               << " journaled writes into RocksDB (left by a process that was stopped)";
@@ -396,6 +428,7 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const StoreOptions& options) 
   } else {
     return arena.status();  // e.g. another user's segment: never rebuild over it
   }
+  phases.Done("arena checks");
   if (st.arena_ == nullptr) {
     if (!why.empty()) {
       LOG(WARNING) << "rebuilding arena "
@@ -408,9 +441,11 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const StoreOptions& options) 
     }
     arena = absl::StatusOr<std::unique_ptr<Arena>>();  // unmap before re-creating
     absl::Status s = st.Rebuild();
+    phases.Done("build");
     // The rebuilt arena inherits the database's generation line.
     if (s.ok()) HeaderWord(st.arena_->header()->generation).store(db_gen);
     if (s.ok()) s = st.Claim();
+    phases.Done("claim");
     if (!s.ok()) {
       // Do not leave a half-built segment of ours behind (it holds tmpfs
       // memory); a segment Create refused to touch (another user's) was not
@@ -422,15 +457,46 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const StoreOptions& options) 
       }
       return s;
     }
-  } else if (absl::Status s = st.Claim(); !s.ok()) {
-    return s;
-  } else if (absl::Status r = st.ReconcileIntent(); !r.ok()) {
-    return r;
+  } else {
+    if (absl::Status s = st.Claim(); !s.ok()) return s;
+    phases.Done("claim");
+    if (absl::Status s = st.ReconcileIntent(); !s.ok()) return s;
+    phases.Done("reconcile");
   }
+  if (st.wal_records_replayed_ > 0) st.FlushReplayedWal();
   LOG(INFO) << "store " << options.db_path << ": arena " << st.arena_->path() << " "
             << OpenedAsName(st.opened_as_) << " (" << st.open_reason_ << "), generation "
-            << st.arena_->header()->generation << ", " << st.arena_->header()->num_keys << " keys";
+            << st.arena_->header()->generation << ", " << st.arena_->header()->num_keys << " keys, "
+            << st.wal_records_replayed_ << " records replayed from the WAL, in " << phases.Line();
   return store;
+}
+
+// The WAL a start replayed stays in the memtable (avoid_flush_during_recovery:
+// no flush delays serving) and its files stay on disk until the memtable is
+// flushed, which overwrites in place put off until max_total_wal_size: each
+// start after a crash would replay every WAL written since the last flush
+// again, more after each crash. A flush in the background, while the node
+// serves, bounds the next start's replay by what is written from now on.
+void Store::FlushReplayedWal() {
+  rocksdb::FlushOptions fo;
+  fo.wait = false;
+  fo.allow_write_stall = true;
+  const rocksdb::Status s = db_->Flush(fo, cfs_);
+  LOG_IF(WARNING, !s.ok()) << "store " << options_.db_path << ": flushing the "
+                           << wal_records_replayed_
+                           << " records replayed from the WAL: " << s.ToString();
+}
+
+uint64_t Store::MemtableRecords() const {
+  uint64_t records = 0;
+  for (rocksdb::ColumnFamilyHandle* cf : cfs_) {
+    for (const std::string& p : {rocksdb::DB::Properties::kNumEntriesActiveMemTable,
+                                 rocksdb::DB::Properties::kNumEntriesImmMemTables}) {
+      uint64_t n = 0;
+      if (db_->GetIntProperty(cf, p, &n)) records += n;
+    }
+  }
+  return records;
 }
 
 absl::StatusOr<std::unique_ptr<Store>> Store::AttachLive(const StoreOptions& options) {
@@ -926,6 +992,11 @@ StoreStats Store::stats() const {
   s.gets_missing = gets_missing_.load(std::memory_order_relaxed);
   s.promotions = promotions_.load(std::memory_order_relaxed);
   s.rebuilt_keys = rebuilt_keys_;
+  s.wal_records_replayed = wal_records_replayed_;
+  {
+    absl::ReaderMutexLock d(&db_mu_);
+    if (db_ != nullptr) s.unflushed_records = MemtableRecords();
+  }
   s.journaled = journaled_.load(std::memory_order_relaxed);
   s.replayed = replayed_.load(std::memory_order_relaxed);
   s.replayed_locked = replayed_locked_.load(std::memory_order_relaxed);

@@ -7,8 +7,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <string>
+#include <thread>
 
 #include "child_process.h"
 #include "db_layout.h"
@@ -74,6 +76,39 @@ TEST(DbLayoutTest, OverwritesOfAKeyLeaveOneMemtableRecord) {
   for (auto* c : h) ASSERT_TRUE(db->DestroyColumnFamilyHandle(c).ok());
   ASSERT_TRUE(db->Close().ok());
   delete db;
+}
+
+// A start after a crash replays the WAL written since the last flush. It
+// flushes what it replayed in the background, so that the next start after a
+// crash replays only what was written since: without that, each crash's
+// replay would carry every earlier one's (up to max_total_wal_size).
+TEST(ReattachTest, AStartFlushesTheWalItReplayed) {
+  TempStore t;
+  {
+    auto s = Store::Open(t.options);
+    ASSERT_TRUE(s.ok()) << s.status();
+    Fill(**s, 1000);
+  }  // destroyed without Close: the WAL alone holds the writes
+  {
+    auto s = Store::Open(t.options);
+    ASSERT_TRUE(s.ok()) << s.status();
+    EXPECT_EQ((*s)->opened_as(), Store::OpenedAs::kRecovered) << (*s)->open_reason();
+    EXPECT_GE((*s)->stats().wal_records_replayed, 1000u);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while ((*s)->stats().unflushed_records >= 1000) {
+      ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "the replayed WAL was not flushed";
+      std::this_thread::yield();
+    }
+    ASSERT_TRUE((*s)->Put(Key(1), "after").ok());
+  }
+  auto s = Store::Open(t.options);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_LT((*s)->stats().wal_records_replayed, 20u)
+      << "the first restart's replay was replayed again";
+  auto g = (*s)->Get(Key(1));
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(g->value, "after");
+  ExpectAll(**s, 1, /*from_arena=*/true);
 }
 
 TEST(ReattachTest, CleanArenaIsReattachedWithoutReload) {

@@ -24,6 +24,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -238,6 +239,17 @@ std::unique_ptr<Store> TakeOver(const StoreOptions& o, Successor how) {
     EXPECT_TRUE(s.ok()) << s.status();
     if (!s.ok()) return nullptr;
     EXPECT_EQ((*s)->opened_as(), Store::OpenedAs::kRecovered) << (*s)->open_reason();
+    // The start flushes the WAL it replayed in the background: a read-only
+    // open of the database (DbContents) meanwhile may miss a WAL file the
+    // flush removes. Wait for it.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while ((*s)->stats().unflushed_records > 0) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        ADD_FAILURE() << "the WAL the restart replayed was not flushed within 30 s";
+        break;
+      }
+      std::this_thread::yield();
+    }
     return std::move(*s);
   }
   auto n = Store::AttachLive(o);

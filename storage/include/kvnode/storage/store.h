@@ -143,6 +143,12 @@ struct StoreStats {
   uint64_t commits = 0;  // durable writes (RocksDB batches, journal records) of puts and deletes
   uint64_t gets_arena = 0, gets_db = 0, gets_missing = 0, promotions = 0;
   uint64_t rebuilt_keys = 0;  // keys loaded by the rebuild at Open (0 if none)
+  // Records Open's RocksDB open replayed from the WAL into the memtable
+  // (flushed in the background afterwards, so a later start replays none of them).
+  uint64_t wal_records_replayed = 0;
+  // Records in RocksDB's memtables, held by the WAL alone: what a start after
+  // a crash now would replay.
+  uint64_t unflushed_records = 0;
   // Write journal records (one per durable write: a group commit's writes
   // share one) appended, and replayed into RocksDB.
   uint64_t journaled = 0;
@@ -389,6 +395,9 @@ class Store {
       ABSL_SHARED_LOCKS_REQUIRED(db_mu_);
   // FailedPrecondition when a writer died inside the heap allocator.
   absl::Status CheckHeap() const;
+  // Open: the replayed WAL's records, flushed in the background once counted.
+  uint64_t MemtableRecords() const ABSL_SHARED_LOCKS_REQUIRED(db_mu_);
+  void FlushReplayedWal() ABSL_EXCLUSIVE_LOCKS_REQUIRED(db_mu_);
   // Check's two passes (check.cc).
   void CheckDbKeys(CheckReport& r) ABSL_SHARED_LOCKS_REQUIRED(db_mu_, arena_mu_);
   void CheckChains(CheckReport& r) ABSL_SHARED_LOCKS_REQUIRED(db_mu_, arena_mu_);
@@ -449,6 +458,7 @@ class Store {
   OpenedAs opened_as_ = OpenedAs::kCreated;
   std::string open_reason_;
   uint64_t rebuilt_keys_ = 0;
+  uint64_t wal_records_replayed_ = 0;  // set by Open
   mutable std::atomic<uint64_t> puts_{0}, deletes_{0}, commits_{0}, gets_arena_{0}, gets_db_{0},
       gets_missing_{0}, promotions_{0}, journaled_{0}, replayed_{0}, replayed_locked_{0};
 };
