@@ -109,7 +109,8 @@ for ((t = 1; t <= trials; t++)); do
       # "created": with no arena (cold), the start builds one from RocksDB.
       opened=$(grep -oE "arena [^ ]+ (recovered|rebuilt|reattached|created) " "$KV_LOG" |
         awk '{print $3}' | sed 's/^created$/cold/' || true)
-      phases=$(grep -oE "start: serving .*" "$KV_LOG" | head -1)
+      phases="$(grep -oE "start: serving .*" "$KV_LOG" | head -1); store: $(grep -oE \
+        "[0-9]+ records replayed from the WAL, in .*" "$KV_LOG" | head -1)"
     fi
     read -r gap failed < <(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(r["blackout_ms"], r["failed_ops"])' "$rep")
     kv_log "trial $n $mode: opened_as=$opened kill->ping ${ms} ms, longest gap ${gap} ms, failed $failed; $phases"

@@ -398,9 +398,6 @@ class Store {
   // Open: the replayed WAL's records, flushed in the background once counted.
   uint64_t MemtableRecords() const ABSL_SHARED_LOCKS_REQUIRED(db_mu_);
   void FlushReplayedWal() ABSL_EXCLUSIVE_LOCKS_REQUIRED(db_mu_);
-  // Check's two passes (check.cc).
-  void CheckDbKeys(CheckReport& r) ABSL_SHARED_LOCKS_REQUIRED(db_mu_, arena_mu_);
-  void CheckChains(CheckReport& r) ABSL_SHARED_LOCKS_REQUIRED(db_mu_, arena_mu_);
   // Open's test of an arena found at start: "" to take it, else why not.
   static std::string ReattachRefusal(Arena& arena, uint64_t replayed, uint64_t db_gen,
                                      uint64_t db_arena_id);
