@@ -35,6 +35,11 @@
 #    PID name it, the clients moved, zero failed operations. Both
 #    processes run as the unit's user; the database, the pid file and the
 #    arena are that user's.
+# 4. A crash: the unit says Restart=on-failure with RestartSec=1; the serving
+#    process is SIGKILLed under kvload --verify and ExecStart runs again as
+#    systemd would: the new process takes the dirty arena back ("recovered")
+#    as the unit's user, and the clients reconnect with zero failed
+#    operations.
 # systemd's notify socket (NOTIFY_SOCKET) is imitated by systemd_unit.py
 # --notify: it logs what the node tells systemd and keeps the main PID, which
 # ExecReload gets as $MAINPID, and says when the main process dies (systemd
@@ -290,6 +295,40 @@ print(f"kvload: {r['ops']} ops, failed 0, verify errors 0, moves {c['moves']}, "
 PY
 grep -q "moved to 127.0.0.1:7000" "$root/kvload.log" || kv_fail "no client moved to 127.0.0.1:7000"
 kv_ok "ExecReload: $old -> $new (generation 2), both as $user, clients moved to 127.0.0.1:7000"
+
+# --- 4. a crash: Restart=on-failure runs ExecStart again ----------------------
+[[ $(unit_value Restart) == on-failure ]] || kv_fail "Restart=$(unit_value Restart), not on-failure"
+[[ $(unit_value RestartSec) =~ ^1s?$ ]] || kv_fail "RestartSec=$(unit_value RestartSec), not 1"
+"$KV_KVLOAD" --server "$KV_ADDR" --auth_token_file "$KV_TOKEN" --workload A --clients 2 --threads 1 \
+  --depth 4 --keys 300 --value_size 64 --duration 100000 --verify --report "$root/crash.json" \
+  --progress=false --connect_timeout_ms 30000 --timeout_ms 30000 >"$root/crash-kvload.log" 2>&1 &
+load_pid=$!
+puts=$(kv_stat ops_put)
+kv_wait_for 60 kv_stat_at_least ops_put $((${puts%.*} + 200)) || kv_fail "no load before the crash"
+crashed=$KV_PID
+kill -KILL "$crashed"
+kv_wait_for 30 up_gone "$crashed" || kv_fail "$crashed outlived SIGKILL"
+start_unit "$root/kvnode-restarted.log" # what Restart=on-failure does, RestartSec later
+UP_FIRST_PID=$KV_PID
+kv_wait_for 60 kv_admin ping || kv_fail "the restarted node did not answer ping within 60 s"
+grep -q "arena /dev/shm/$KV_SHM recovered (its writer (pid $crashed) died" "$KV_LOG" ||
+  kv_fail "the restart did not take the arena back: $(grep -a 'arena ' "$KV_LOG" | head -3)"
+[[ $(kv_admin stats) == *'"opened_as":"recovered"'* ]] || kv_fail "stats: arena.opened_as not recovered"
+runs_as_unit_user "$KV_PID"
+owned_by_unit_user "/dev/shm/$KV_SHM"
+puts=$(kv_stat ops_put)
+kv_wait_for 60 kv_stat_at_least ops_put $((${puts%.*} + 200)) || kv_fail "no load after the restart"
+kv_stop_kvload "$load_pid" "$root/crash-kvload.log"
+python3 - "$root/crash.json" <<'PY' || { tail -20 "$root/crash-kvload.log" >&2; kv_fail "report check"; }
+import json, sys
+r = json.load(open(sys.argv[1]))
+bad = {k: r[k] for k in ("failed_ops", "verify_errors", "stale_reads") if r[k] != 0}
+assert not bad, bad
+assert r["client"]["reconnects"] >= 2, r["client"]
+print(f"kvload across the crash: {r['ops']} ops, 0 failed, reconnects {r['client']['reconnects']}, "
+      f"longest gap {r['blackout_ms']:.0f} ms")
+PY
+kv_ok "kill -9 of $crashed, ExecStart again: pid $KV_PID took the arena back as $user, 0 failed"
 up_stop_node
 [[ ! -e $pid_file ]] || kv_fail "pid file left after SIGTERM"
 echo "deploy_unit: PASS"
