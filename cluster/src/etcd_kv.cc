@@ -114,15 +114,7 @@ absl::StatusOr<CasResult> GrpcEtcdClient::PutIf(std::string_view key, std::strin
   put->set_value(std::string(value));
   put->set_lease(lease);
   req.add_failure()->mutable_request_range()->set_key(std::string(key));
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx);
-  etcdserverpb::TxnResponse resp;
-  auto s = FromGrpc(conn().kv->Txn(&ctx, req, &resp), "Txn", key);
-  if (!s.ok()) {
-    Failed(s);
-    return s;
-  }
-  return CasFromResponse(resp, key);
+  return Txn(req, key);
 }
 
 absl::StatusOr<CasResult> GrpcEtcdClient::PutIfGuarded(std::string_view key, std::string_view value,
