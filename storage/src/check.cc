@@ -5,7 +5,6 @@
 // one the database holds at that version.
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <memory>
 #include <string>
 #include <string_view>
