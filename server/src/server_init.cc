@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "kvnode/base/errno.h"
 #include "kvnode/base/own_dir.h"
+#include "kvnode/base/step_times.h"
 #include "server_impl.h"
 
 namespace kvnode::server {
@@ -89,21 +90,13 @@ ServerImpl::~ServerImpl() {
 absl::Status ServerImpl::Init(InheritedSockets inherited) {
   // Each phase's time on the way to serving, logged in one line: a restart's
   // blackout is their sum.
-  const absl::Time started = absl::Now();
-  absl::Time mark = started;
-  std::string phases;
-  auto phase = [&](std::string_view name) {
-    const absl::Time now = absl::Now();
-    absl::StrAppend(&phases, phases.empty() ? "" : ", ", base::Av(name), " ",
-                    absl::FormatDuration(now - mark));
-    mark = now;
-  };
+  base::StepTimes phases;
   if (absl::Status s = InitSignalsAndAuth(); !s.ok()) return s;
   // Sockets first: a second node on the same port fails before it touches
   // the device or the database.
   if (absl::Status s = InitSockets(inherited); !s.ok()) return s;
   if (absl::Status s = InitDevice(); !s.ok()) return s;
-  phase("device");
+  phases.Done("device");
 
   // Storage (opens RocksDB; takes a matching arena back or rebuilds it).
   if (absl::Status s = CheckDbDir(opt_.db_path, base::MissingDir::kCreate); !s.ok()) return s;
@@ -118,14 +111,14 @@ absl::Status ServerImpl::Init(InheritedSockets inherited) {
             << ss.resident_keys << " resident), arena " << store_->arena().path() << " "
             << store_->arena_size() << " bytes, generation " << ss.generation << ": "
             << store_->open_reason();
-  phase(absl::StrCat("store (", storage::OpenedAsName(store_->opened_as()), ")"));
+  phases.Done(absl::StrCat("store (", storage::OpenedAsName(store_->opened_as()), ")"));
 
   // The arena exists now (this start created, rebuilt or claimed it: it is
   // dirty either way). A start that fails from here on removes its name, so
   // that it does not hold tmpfs memory until someone notices (existing
   // mappings, the MR's included, stay valid until torn down).
   absl::Status s = InitRegistrationAndDataPlane();
-  if (s.ok()) phase("registration");
+  if (s.ok()) phases.Done("registration");
   if (s.ok()) {
     // Dedupe records persisted with the writes (dedupe.h): a client retrying
     // a write applied before a crash gets the answer it missed. (A live
@@ -140,14 +133,14 @@ absl::Status ServerImpl::Init(InheritedSockets inherited) {
       s = recs.status();
     }
   }
-  if (s.ok()) phase("client records");
+  if (s.ok()) phases.Done("client records");
   if (s.ok()) s = InitEpoll();
   if (s.ok()) s = AddSocketsToEpoll();
   if (s.ok()) s = WritePidFileAndLog();
   if (s.ok()) {
-    phase("listen");
-    LOG(INFO) << "start: serving " << absl::FormatDuration(absl::Now() - started)
-              << " after the start of Init (" << phases << ")";
+    phases.Done("listen");
+    LOG(INFO) << "start: serving " << absl::FormatDuration(phases.total())
+              << " after the start of Init (" << phases.steps() << ")";
   }
   if (!s.ok()) {
     if (absl::Status r = storage::Arena::Remove(store_options_.arena_options()); !r.ok()) {

@@ -13,12 +13,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "absl/time/clock.h"
-#include "absl/time/time.h"
 #include "db_layout.h"
 #include "glog/logging.h"
 #include "index.h"
 #include "journal.h"
+#include "kvnode/base/step_times.h"
 #include "kvnode/storage/read_path.h"
 #include "rocksdb/db.h"
 #include "rocksdb/options.h"
@@ -352,38 +351,13 @@ std::string Store::ReattachRefusal(Arena& arena, uint64_t replayed, uint64_t db_
   return "";
 }
 
-namespace {
-
-// The steps of an Open and their times, for its log line: what a start
-// after a crash spends before it can serve.
-class OpenPhases {
- public:
-  void Done(const char* step) {
-    const absl::Time now = absl::Now();
-    absl::StrAppend(&text_, text_.empty() ? "" : ", ", step, " ",
-                    absl::FormatDuration(absl::Trunc(now - last_, absl::Microseconds(100))));
-    last_ = now;
-  }
-  std::string Line() const {
-    return absl::StrCat(absl::FormatDuration(absl::Trunc(last_ - start_, absl::Milliseconds(1))),
-                        " (", text_, ")");
-  }
-
- private:
-  absl::Time start_ = absl::Now();
-  absl::Time last_ = start_;
-  std::string text_;
-};
-
-}  // namespace
-
 absl::StatusOr<std::unique_ptr<Store>> Store::Open(const StoreOptions& options) {
   if (absl::Status s = options.Validate(); !s.ok()) return s;
   std::unique_ptr<Store> store(new Store(options));
   Store& st = *store;
   absl::MutexLock w(&st.write_mu_);
   absl::MutexLock d(&st.db_mu_);
-  OpenPhases phases;
+  base::StepTimes phases;
   if (absl::Status s = st.OpenRocksDb(); !s.ok()) return s;
   st.wal_records_replayed_ = st.MemtableRecords();
   phases.Done("rocksdb open");
@@ -467,7 +441,8 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const StoreOptions& options) 
   LOG(INFO) << "store " << options.db_path << ": arena " << st.arena_->path() << " "
             << OpenedAsName(st.opened_as_) << " (" << st.open_reason_ << "), generation "
             << st.arena_->header()->generation << ", " << st.arena_->header()->num_keys << " keys, "
-            << st.wal_records_replayed_ << " records replayed from the WAL, in " << phases.Line();
+            << st.wal_records_replayed_ << " records replayed from the WAL, in "
+            << absl::FormatDuration(phases.total()) << " (" << phases.steps() << ")";
   return store;
 }
 
@@ -497,6 +472,11 @@ uint64_t Store::MemtableRecords() const {
     }
   }
   return records;
+}
+
+uint64_t Store::UnflushedRecords() const {
+  absl::ReaderMutexLock d(&db_mu_);
+  return db_ != nullptr ? MemtableRecords() : 0;
 }
 
 absl::StatusOr<std::unique_ptr<Store>> Store::AttachLive(const StoreOptions& options) {
@@ -993,10 +973,6 @@ StoreStats Store::stats() const {
   s.promotions = promotions_.load(std::memory_order_relaxed);
   s.rebuilt_keys = rebuilt_keys_;
   s.wal_records_replayed = wal_records_replayed_;
-  {
-    absl::ReaderMutexLock d(&db_mu_);
-    if (db_ != nullptr) s.unflushed_records = MemtableRecords();
-  }
   s.journaled = journaled_.load(std::memory_order_relaxed);
   s.replayed = replayed_.load(std::memory_order_relaxed);
   s.replayed_locked = replayed_locked_.load(std::memory_order_relaxed);

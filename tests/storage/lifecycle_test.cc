@@ -95,7 +95,7 @@ TEST(ReattachTest, AStartFlushesTheWalItReplayed) {
     EXPECT_EQ((*s)->opened_as(), Store::OpenedAs::kRecovered) << (*s)->open_reason();
     EXPECT_GE((*s)->stats().wal_records_replayed, 1000u);
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while ((*s)->stats().unflushed_records >= 1000) {
+    while ((*s)->UnflushedRecords() >= 1000) {
       ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "the replayed WAL was not flushed";
       std::this_thread::yield();
     }

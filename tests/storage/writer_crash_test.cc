@@ -243,7 +243,7 @@ std::unique_ptr<Store> TakeOver(const StoreOptions& o, Successor how) {
     // open of the database (DbContents) meanwhile may miss a WAL file the
     // flush removes. Wait for it.
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while ((*s)->stats().unflushed_records > 0) {
+    while ((*s)->UnflushedRecords() > 0) {
       if (std::chrono::steady_clock::now() > deadline) {
         ADD_FAILURE() << "the WAL the restart replayed was not flushed within 30 s";
         break;

@@ -146,9 +146,6 @@ struct StoreStats {
   // Records Open's RocksDB open replayed from the WAL into the memtable
   // (flushed in the background afterwards, so a later start replays none of them).
   uint64_t wal_records_replayed = 0;
-  // Records in RocksDB's memtables, held by the WAL alone: what a start after
-  // a crash now would replay.
-  uint64_t unflushed_records = 0;
   // Write journal records (one per durable write: a group commit's writes
   // share one) appended, and replayed into RocksDB.
   uint64_t journaled = 0;
@@ -329,6 +326,11 @@ class Store {
   // writer died; heap intact, generation 7 matches".
   const std::string& open_reason() const { return open_reason_; }
   StoreStats stats() const;
+  // Records in RocksDB's memtables, held by the WAL alone: what a start after
+  // a crash now would replay (0 when the database is not open here). Not in
+  // stats(): it takes the database's lock, which an open holds for seconds,
+  // and stats() is polled by the control thread.
+  uint64_t UnflushedRecords() const ABSL_LOCKS_EXCLUDED(db_mu_);
 
  private:
   explicit Store(const StoreOptions& options);
@@ -395,7 +397,7 @@ class Store {
       ABSL_SHARED_LOCKS_REQUIRED(db_mu_);
   // FailedPrecondition when a writer died inside the heap allocator.
   absl::Status CheckHeap() const;
-  // Open: the replayed WAL's records, flushed in the background once counted.
+  // Records in the memtables: at Open, those replayed from the WAL.
   uint64_t MemtableRecords() const ABSL_SHARED_LOCKS_REQUIRED(db_mu_);
   void FlushReplayedWal() ABSL_EXCLUSIVE_LOCKS_REQUIRED(db_mu_);
   // Open's test of an arena found at start: "" to take it, else why not.
