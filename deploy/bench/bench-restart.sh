@@ -57,7 +57,7 @@ kv_log "cold start (the arena built from RocksDB): $((($(kv_now_ns) - t0) / 1000
 load() { # SECONDS REPORT
   "$KV_KVLOAD" --server "$KV_ADDR" --auth_token_file "$KV_TOKEN" --workload A --clients 4 \
     --threads 2 --depth 4 --keys "$keys" --value_size 64 --duration "$1" --timeout_ms 30000 \
-    --connect_timeout_ms 30000 --report "$2" --progress=false "${@:3}" >"$2.log" 2>&1
+    --connect_timeout_ms 30000 --report "$2" --progress=false >"$2.log" 2>&1
 }
 
 generation_is_not() { [[ $(up_ping_field generation) != "$1" ]]; }
