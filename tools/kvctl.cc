@@ -5,8 +5,8 @@
 // Commands: ping, stats, metrics (Prometheus text), mrs, clients, memory,
 // upgrade [--binary PATH] [--no_wait] [--timeout_s N], drain [SECONDS],
 // check (the arena against RocksDB: exit 1 when a problem is found);
-// and, against etcd rather than a node, cluster init|status|forget-node
-// (kvctl_cluster.h).
+// and, against etcd rather than a node, cluster init|status|roll|forget-node
+// (kvctl_cluster.h, kvctl_roll.h).
 // Human-readable output by default, the node's raw JSON with --json. Exit
 // status: 0 ok, 1 the node answered an error (for `upgrade`: refused or
 // rolled back), 2 no answer (not running, wrong socket, time-out) or bad
@@ -349,7 +349,11 @@ int main(int argc, char** argv) {
       "  kvctl cluster init --etcd_endpoints E --cluster NAME --nodes a,b,c [--slots N]\n"
       "  kvctl cluster status --etcd_endpoints E --cluster NAME [--json]\n"
       "  kvctl cluster forget-node ID --etcd_endpoints E --cluster NAME  (unbind a lost\n"
-      "                              node's id from its database; refused while it is alive)");
+      "                              node's id from its database; refused while it is alive)\n"
+      "  kvctl cluster roll --binary PATH [--build_id ID] [--max_unavailable 1] [--gate_s 10]\n"
+      "                     [--dry_run] --etcd_endpoints E --cluster NAME  (live-upgrade every\n"
+      "                              node in turn; exit 0 done, 1 stopped or refused, 3 paused)\n"
+      "  kvctl cluster roll --resume | --abort --etcd_endpoints E --cluster NAME");
   // --help lists this program's own flags; --helpfull adds gflags' and glog's.
   gflags::ParseCommandLineNonHelpFlags(&argc, &argv, true);
   if (FLAGS_help) {

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "kvctl_roll.h"
 #include "kvnode/cluster/admin.h"
 #include "kvnode/cluster/etcd_client.h"
 
@@ -56,16 +57,25 @@ void PrintStatus(const ClusterStatus& s) {
   }
   if (!s.map_error.empty()) std::printf("map error: %s\n", s.map_error.c_str());
   for (const auto& e : s.member_errors) std::printf("member error: %s\n", e.c_str());
-  std::printf("%-16s %-10s %-5s %-14s %-6s %-6s %s\n", "NODE", "STATE", "GEN", "VERSION", "LEASE",
-              "SLOTS", "ENDPOINT");
+  if (s.roll) {
+    const cluster::RollPlan& r = *s.roll;
+    size_t done = 0;
+    for (const auto& n : r.nodes) done += n.state == cluster::RollNodeState::kDone;
+    std::printf("roll %s: %s, %zu of %zu nodes on build '%s'%s%s\n", r.roll_id.c_str(),
+                std::string(cluster::RollStateName(r.state)).c_str(), done, r.nodes.size(),
+                r.build_id.c_str(), r.reason.empty() ? "" : ": ", r.reason.c_str());
+  }
+  if (!s.roll_error.empty()) std::printf("roll error: %s\n", s.roll_error.c_str());
+  std::printf("%-16s %-10s %-5s %-14s %-6s %-6s %-21s %s\n", "NODE", "STATE", "GEN", "VERSION",
+              "LEASE", "SLOTS", "ENDPOINT", "BUILD");
   for (const auto& n : s.nodes) {
     const auto* m = n.member ? &*n.member : nullptr;
     std::string lease = n.lease_ttl_left_s >= 0 ? absl::StrCat(n.lease_ttl_left_s, "s") : "-";
-    std::printf("%-16s %-10s %-5s %-14s %-6s %-6s %s\n", n.node_id.c_str(),
+    std::printf("%-16s %-10s %-5s %-14s %-6s %-6s %-21s %s\n", n.node_id.c_str(),
                 m ? std::string(cluster::MemberStateName(m->state)).c_str() : "down",
                 m ? absl::StrCat(m->generation).c_str() : "-", Or(m ? m->version : "").c_str(),
                 lease.c_str(), n.in_map ? absl::StrCat(n.slots).c_str() : "-",
-                m ? m->endpoint.c_str() : "");
+                m ? m->endpoint.c_str() : "", m ? m->build_id.c_str() : "");
   }
 }
 
@@ -85,9 +95,10 @@ int Forget(cluster::EtcdClient& etcd, const std::string& node_id) {
 
 int ClusterCommand(const std::vector<std::string>& args, bool json) {
   const bool forget = args.size() == 2 && args[0] == "forget-node";
-  if (!forget && (args.size() != 1 || (args[0] != "init" && args[0] != "status"))) {
+  if (!forget &&
+      (args.size() != 1 || (args[0] != "init" && args[0] != "status" && args[0] != "roll"))) {
     return Fail(2,
-                "usage: kvctl cluster init|status|forget-node ID --etcd_endpoints E "
+                "usage: kvctl cluster init|status|roll|forget-node ID --etcd_endpoints E "
                 "--cluster NAME");
   }
   if (FLAGS_cluster.empty()) return Fail(2, "--cluster is required");
@@ -99,6 +110,7 @@ int ClusterCommand(const std::vector<std::string>& args, bool json) {
   if (!etcd.ok()) return Fail(2, std::string(etcd.status().message()));
   if (args[0] == "init") return Init(**etcd);
   if (forget) return Forget(**etcd, args[1]);
+  if (args[0] == "roll") return RollCommand(**etcd, FLAGS_cluster);
   auto status = cluster::ReadClusterStatus(**etcd, FLAGS_cluster);
   if (!status.ok()) return Fail(2, std::string(status.status().message()));
   if (json) {

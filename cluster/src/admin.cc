@@ -30,6 +30,14 @@ void ReadKvs(const RangeResult& range, std::string_view cluster, Scan* scan, Clu
         out->map_error = absl::StrCat("key ", map_key, ": ", map.status().message());
       continue;
     }
+    if (kv.key == RollKey(cluster)) {
+      auto roll = DecodeRollJson(kv.value, kv.key);
+      if (roll.ok())
+        out->roll = std::move(*roll);
+      else
+        out->roll_error = std::string(roll.status().message());
+      continue;
+    }
     std::optional<std::string> id = NodeIdOfMemberKey(cluster, kv.key);
     if (!id) continue;
     auto m = DecodeMemberJson(kv.value, kv.key, *id);
@@ -156,6 +164,8 @@ std::string ClusterStatusJson(const ClusterStatus& s) {
               {"slots", s.map ? s.map->num_slots : 0}};
   if (!s.map_error.empty()) out["map_error"] = s.map_error;
   if (!s.member_errors.empty()) out["member_errors"] = s.member_errors;
+  if (s.roll) out["roll"] = json::parse(EncodeRollJson(*s.roll));
+  if (!s.roll_error.empty()) out["roll_error"] = s.roll_error;
   return out.dump();
 }
 

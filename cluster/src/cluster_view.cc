@@ -11,7 +11,7 @@
 namespace kvnode::cluster {
 
 ClusterView::ClusterView(std::string cluster)
-    : cluster_(std::move(cluster)), map_key_(MapKey(cluster_)) {}
+    : cluster_(std::move(cluster)), map_key_(MapKey(cluster_)), roll_key_(RollKey(cluster_)) {}
 
 std::optional<proto::ShardMap> ClusterView::Apply(const WatchUpdate& update) {
   if (update.resync) {
@@ -19,12 +19,14 @@ std::optional<proto::ShardMap> ClusterView::Apply(const WatchUpdate& update) {
     // the snapshot says otherwise (invariant 1).
     members_.clear();
     bad_members_.clear();
-    bool map_seen = false;
+    bool map_seen = false, roll_seen = false;
     for (const KeyValue& kv : update.snapshot) {
       map_seen |= kv.key == map_key_;
+      roll_seen |= kv.key == roll_key_;
       ApplyKv(kv, /*deleted=*/false);
     }
     if (!map_seen) ApplyMap(KeyValue{}, /*deleted=*/true);
+    if (!roll_seen) ApplyRoll(KeyValue{}, /*deleted=*/true);
   }
   for (const WatchEvent& ev : update.events) ApplyKv(ev.kv, ev.type == WatchEvent::Type::kDelete);
   revision_ = std::max(revision_, update.revision);
@@ -46,8 +48,9 @@ std::optional<proto::ShardMap> ClusterView::Apply(const WatchUpdate& update) {
 
 void ClusterView::ApplyKv(const KeyValue& kv, bool deleted) {
   if (kv.key == map_key_) return ApplyMap(kv, deleted);
+  if (kv.key == roll_key_) return ApplyRoll(kv, deleted);
   std::optional<std::string> id = NodeIdOfMemberKey(cluster_, kv.key);
-  if (!id) return;  // another key of the cluster (a roll's plan): not ours
+  if (!id) return;  // another key of the cluster (the roll's lock): not ours
   members_.erase(*id);
   bad_members_.erase(kv.key);
   if (deleted) return;
@@ -80,6 +83,22 @@ void ClusterView::ApplyMap(const KeyValue& kv, bool deleted) {
   }
   map_ = std::move(*decoded);
   map_error_.clear();
+}
+
+void ClusterView::ApplyRoll(const KeyValue& kv, bool deleted) {
+  std::optional<RollPlan> roll;
+  if (!deleted) {
+    auto decoded = DecodeRollJson(kv.value, kv.key);
+    if (decoded.ok()) {
+      roll = std::move(*decoded);
+    } else {
+      LOG(WARNING) << "cluster " << cluster_ << ": " << decoded.status().message()
+                   << "; no roll is acted on";
+    }
+  }
+  if (roll == roll_) return;
+  roll_ = std::move(roll);
+  roll_changed_ = true;
 }
 
 const Member* ClusterView::member(const std::string& node_id) const {

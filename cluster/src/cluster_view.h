@@ -19,6 +19,7 @@
 
 #include "kvnode/cluster/etcd_client.h"
 #include "kvnode/cluster/member.h"
+#include "kvnode/cluster/roll.h"
 #include "kvnode/proto/shard_map.h"
 
 namespace kvnode::cluster {
@@ -39,13 +40,20 @@ class ClusterView {
   int64_t map_errors() const { return map_errors_; }
   // The last malformed member value's problem ("" when none is malformed).
   std::string member_error() const;
+  // The fleet roll's plan (nullopt: none, or a value that does not decode,
+  // logged), and whether it changed since ClearRollChanged().
+  const std::optional<RollPlan>& roll() const { return roll_; }
+  bool roll_changed() const { return roll_changed_; }
+  void ClearRollChanged() { roll_changed_ = false; }
 
  private:
   void ApplyKv(const KeyValue& kv, bool deleted);
   void ApplyMap(const KeyValue& kv, bool deleted);
+  void ApplyRoll(const KeyValue& kv, bool deleted);
 
   const std::string cluster_;
   const std::string map_key_;
+  const std::string roll_key_;
   std::optional<proto::ShardMap> map_;
   std::map<std::string, Member> members_;
   std::map<std::string, std::string> bad_members_;  // key -> why
@@ -53,6 +61,8 @@ class ClusterView {
   int64_t revision_ = 0;
   std::string map_error_;
   int64_t map_errors_ = 0;
+  std::optional<RollPlan> roll_;
+  bool roll_changed_ = false;
 };
 
 }  // namespace kvnode::cluster

@@ -29,6 +29,10 @@ std::string RollKey(std::string_view cluster) {
   return absl::StrCat(ClusterPrefix(cluster), "roll");
 }
 
+std::string RollLockKey(std::string_view cluster) {
+  return absl::StrCat(ClusterPrefix(cluster), "roll-lock");
+}
+
 std::optional<std::string> NodeIdOfMemberKey(std::string_view cluster, std::string_view key) {
   const std::string prefix = MembersPrefix(cluster);
   if (key.size() <= prefix.size() || key.substr(0, prefix.size()) != prefix) return std::nullopt;

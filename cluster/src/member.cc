@@ -45,6 +45,31 @@ struct Reader {
   }
 };
 
+// "health" and "roll": absent in a member of an older build.
+absl::Status ReadOptional(const Reader& r, Member* m) {
+  if (auto it = r.obj.find("health"); it != r.obj.end()) {
+    if (!it->is_object()) return r.Bad("field 'health' must be an object");
+    Reader h{*it, r.key};
+    MemberHealth health;
+    for (auto s : {h.Uint("rejected", &health.rejected), h.Uint("qp_errors", &health.qp_errors),
+                   h.Uint("upgrade_failures", &health.upgrade_failures)}) {
+      if (!s.ok()) return s;
+    }
+    m->health = health;
+  }
+  if (auto it = r.obj.find("roll"); it != r.obj.end()) {
+    if (!it->is_object()) return r.Bad("field 'roll' must be an object");
+    Reader rr{*it, r.key};
+    RollReport roll;
+    for (auto s : {rr.String("id", &roll.id), rr.Uint("attempt", &roll.attempt),
+                   rr.String("outcome", &roll.outcome), rr.String("reason", &roll.reason)}) {
+      if (!s.ok()) return s;
+    }
+    m->roll = std::move(roll);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ReadFields(const Reader& r, Member* m) {
   std::string state;
   uint64_t pid = 0;
@@ -59,7 +84,7 @@ absl::Status ReadFields(const Reader& r, Member* m) {
   auto parsed = ParseMemberState(state);
   if (!parsed) return r.Bad(absl::StrCat("unknown state '", state, "'"));
   m->state = *parsed;
-  return absl::OkStatus();
+  return ReadOptional(r, m);
 }
 
 }  // namespace
@@ -84,7 +109,18 @@ std::string EncodeMemberJson(const Member& m) {
             {"state", std::string(MemberStateName(m.state))},
             {"pid", m.pid},
             {"instance", m.instance}};
-  return j.dump();
+  if (m.health) {
+    j["health"] = {{"rejected", m.health->rejected},
+                   {"qp_errors", m.health->qp_errors},
+                   {"upgrade_failures", m.health->upgrade_failures}};
+  }
+  if (m.roll) {
+    j["roll"] = {{"id", m.roll->id},
+                 {"attempt", m.roll->attempt},
+                 {"outcome", m.roll->outcome},
+                 {"reason", m.roll->reason}};
+  }
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 absl::StatusOr<Member> DecodeMemberJson(std::string_view text, std::string_view key,

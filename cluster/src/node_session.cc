@@ -99,6 +99,8 @@ class NodeSessionImpl final : public NodeSession {
   bool bound_ ABSL_GUARDED_BY(mu_) = false;                   // the instance key holds our instance
   std::optional<absl::Status> foreign_ ABSL_GUARDED_BY(mu_);  // bound to another: final
   std::optional<proto::ShardMap> pending_map_ ABSL_GUARDED_BY(mu_);  // held until bound_
+  std::optional<RollPlan> pending_roll_ ABSL_GUARDED_BY(mu_);        // when roll_dirty_
+  bool roll_dirty_ ABSL_GUARDED_BY(mu_) = false;
   AnnotatedMutex deliver_mu_;  // one on_map at a time, in order, from either thread
   Member self_ ABSL_GUARDED_BY(mu_);
   std::optional<int64_t> adopt_ ABSL_GUARDED_BY(mu_);
@@ -421,10 +423,12 @@ absl::Status NodeSessionImpl::Foreign(const std::string& holder) {
   return s;
 }
 
-// Hands a map to on_map once the node id is bound to this instance; until
-// then the latest one waits (a duplicate must never get a map to serve).
+// Hands a map to on_map, then a changed roll plan to on_roll, once the node
+// id is bound to this instance; until then the latest ones wait (a duplicate
+// must never get a map to serve or a roll to act on).
 void NodeSessionImpl::Deliver(std::optional<proto::ShardMap> map) {
   AnnotatedLock d(&deliver_mu_);
+  std::optional<std::optional<RollPlan>> roll;
   {
     AnnotatedLock l(&mu_);
     if (!bound_) {
@@ -433,8 +437,12 @@ void NodeSessionImpl::Deliver(std::optional<proto::ShardMap> map) {
     }
     if (!map) map = std::move(pending_map_);
     pending_map_.reset();
+    if (roll_dirty_) roll = std::move(pending_roll_);
+    roll_dirty_ = false;
+    pending_roll_.reset();
   }
   if (map && callbacks_.on_map) callbacks_.on_map(std::move(*map));
+  if (roll && callbacks_.on_roll) callbacks_.on_roll(*roll);
 }
 
 // ---- The watch thread --------------------------------------------------------
@@ -442,7 +450,7 @@ void NodeSessionImpl::Deliver(std::optional<proto::ShardMap> map) {
 void NodeSessionImpl::OnWatchUpdate(const WatchUpdate& update) {
   std::optional<proto::ShardMap> changed = view_.Apply(update);
   const Member* me = view_.member(options_.node_id);
-  bool lost = false;
+  bool lost = false, roll = false;
   {
     AnnotatedLock l(&mu_);
     seen_revision_ = view_.revision();
@@ -451,9 +459,15 @@ void NodeSessionImpl::OnWatchUpdate(const WatchUpdate& update) {
     status_.map_errors = view_.map_errors();
     if (changed) status_.map_epoch = changed->epoch;
     lost = status_.registered && !own_key_seen_ && seen_revision_ >= claimed_revision_;
+    if (view_.roll_changed()) {
+      pending_roll_ = view_.roll();
+      roll_dirty_ = true;
+      roll = true;
+      view_.ClearRollChanged();
+    }
   }
   if (lost) cv_.notify_all();
-  if (changed) Deliver(std::move(changed));
+  if (changed || roll) Deliver(std::move(changed));
 }
 
 void NodeSessionImpl::OnWatchState(const absl::Status& s) {

@@ -152,7 +152,17 @@ absl::StatusOr<std::unique_ptr<ClusterAgent>> ClusterAgent::Create(ClusterAgentO
 ClusterAgent::ClusterAgent(ClusterAgentOptions options, cluster::Identity identity)
     : options_(std::move(options)),
       identity_(std::move(identity)),
-      gate_(std::make_shared<server::ShardGate>()) {}
+      gate_(std::make_shared<server::ShardGate>()),
+      roll_(
+          [this] {
+            absl::MutexLock l(&mu_);
+            return self_;
+          },
+          [this](cluster::RollReport r) {
+            absl::MutexLock l(&mu_);
+            self_.roll = std::move(r);
+            UpdateMemberLocked();
+          }) {}
 
 ClusterAgent::~ClusterAgent() { Stop(); }
 
@@ -252,6 +262,7 @@ absl::StatusOr<std::unique_ptr<cluster::NodeSession>> ClusterAgent::MakeSession(
   cluster::NodeSessionCallbacks cb;
   cb.on_map = [this](proto::ShardMap m) { OnMap(std::move(m)); };
   cb.on_refused = [this](const absl::Status& s) { OnRefused(s); };
+  cb.on_roll = [this](const std::optional<cluster::RollPlan>& p) { roll_.OnPlan(p); };
   return cluster::NodeSession::Create(std::move(so), std::move(cb));
 }
 
@@ -416,12 +427,31 @@ void ClusterAgent::Stop() {
   }
 }
 
+void ClusterAgent::SetUpgrade(RollAgent::UpgradeFn upgrade) {
+  roll_.SetUpgrade(std::move(upgrade));
+}
+
+void ClusterAgent::SetHealth(std::function<cluster::MemberHealth()> health) {
+  absl::MutexLock l(&mu_);
+  health_ = std::move(health);
+  UpdateHealthLocked();
+}
+
+void ClusterAgent::UpdateHealthLocked() {
+  if (!health_) return;
+  cluster::MemberHealth h = health_();
+  if (self_.health == h) return;
+  self_.health = h;
+  UpdateMemberLocked();
+}
+
 void ClusterAgent::Monitor() {
   cluster::NodeSessionStatus prev;
   absl::MutexLock l(&mu_);
   for (;;) {
     mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::Milliseconds(200));
     if (stopping_ || session_ == nullptr) return;
+    UpdateHealthLocked();
     const cluster::NodeSessionStatus s = session_->Status();
     if (s.etcd_connected != prev.etcd_connected) {
       if (s.etcd_connected) {

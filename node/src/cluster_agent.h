@@ -33,6 +33,7 @@
 #define KVNODE_NODE_SRC_CLUSTER_AGENT_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -52,6 +53,7 @@
 #include "kvnode/proto/shard_map.h"
 #include "kvnode/server/admin.h"
 #include "kvnode/server/shard_gate.h"
+#include "roll_agent.h"
 
 namespace kvnode::node {
 
@@ -117,6 +119,12 @@ class ClusterAgent final : public upgrade::ClusterMember {
   // cluster_lease_ttl_left_ms (Server::SetExtraStats).
   std::vector<server::ExtraStat> Stats() const;
 
+  // Once the process can run a live upgrade: the fleet roll's hook
+  // (roll_agent.h), and the error counters the member key carries for the
+  // roll's health gate (polled every 200 ms, written when they change).
+  void SetUpgrade(RollAgent::UpgradeFn upgrade);
+  void SetHealth(std::function<cluster::MemberHealth()> health);
+
   // upgrade::ClusterMember (node.h).
   void UpgradeStarted() override;
   int64_t HandOffLease() override;
@@ -148,8 +156,10 @@ class ClusterAgent final : public upgrade::ClusterMember {
   // lease was not handed off).
   void SetState(cluster::MemberState state);
   void UpdateMemberLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Logs the session's registration and etcd connectivity as they change.
+  // Logs the session's registration and etcd connectivity as they change,
+  // and rewrites the member's health when it changed.
   void Monitor();
+  void UpdateHealthLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ClusterAgentOptions options_;
   const cluster::Identity identity_;
@@ -166,6 +176,9 @@ class ClusterAgent final : public upgrade::ClusterMember {
   bool handed_off_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread monitor_;
+  std::function<cluster::MemberHealth()> health_ ABSL_GUARDED_BY(mu_);
+  // Acts on the fleet roll's plan; uses self_ and the session (mu_).
+  RollAgent roll_;
 
   // Held across the map file's write, so that HandOffLease returns only once
   // no write is under way (invariant 1).

@@ -101,6 +101,9 @@ DEFINE_uint64(generation, 1, "upgrade generation of this process (set by the upg
 DEFINE_string(build_id, "",
               "build identification shown in stats and ping and logged by upgrades (default: the "
               "version and git build id, as --version prints them)");
+DEFINE_bool(print_build_id, false,
+            "print the build id this binary's node reports (--build_id or the built-in one) "
+            "and exit; kvctl cluster roll runs it to learn a new binary's build");
 DEFINE_string(upgrade_binary, "",
               "binary a live upgrade (SIGUSR2, kvctl upgrade) execs (default: the path this "
               "process was started from, resolved at start)");
@@ -178,6 +181,23 @@ absl::StatusOr<std::unique_ptr<kvnode::node::ClusterAgent>> CreateClusterAgent(
   return kvnode::node::ClusterAgent::Create(std::move(options));
 }
 
+// The error counters a fleet roll's health gate watches (cluster/member.h).
+kvnode::cluster::MemberHealth Health(kvnode::server::Server& server,
+                                     const kvnode::upgrade::UpgradeMetrics& upgrade) {
+  using kvnode::server::Counter;
+  using kvnode::server::ErrorKind;
+  const kvnode::server::CounterSnapshot c = server.metrics().Snapshot();
+  kvnode::cluster::MemberHealth h;
+  for (ErrorKind k : {ErrorKind::kRpcMalformed, ErrorKind::kRpcOversize, ErrorKind::kRpcWrongClient,
+                      ErrorKind::kRpcUnknownOpcode, ErrorKind::kRpcTooOld}) {
+    h.rejected += c.of(k);
+  }
+  h.qp_errors = c.of(ErrorKind::kQpError);
+  h.upgrade_failures =
+      c.of(Counter::kRollbacks) + upgrade.Get(kvnode::upgrade::UpgradeMetrics::kRefused);
+  return h;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -217,6 +237,10 @@ int main(int argc, char** argv) {
   } else {
     std::cerr << "--log_level: must be info, warning or error\n";
     return 2;
+  }
+  if (FLAGS_print_build_id) {
+    std::cout << (FLAGS_build_id.empty() ? kvnode::base::kVersionString : FLAGS_build_id) << "\n";
+    return 0;
   }
   google::InitGoogleLogging(argv[0]);
   if (argc > 1) {
@@ -380,6 +404,11 @@ int main(int argc, char** argv) {
     });
     // A new process says "serving" once the old one is gone (NewSideTail).
     if (tail == nullptr) server->RunOnControlThread([a = agent.get()] { a->MarkServing(); });
+    agent->SetHealth(
+        [&upgrade_metrics, srv = server.get()] { return Health(*srv, upgrade_metrics); });
+    agent->SetUpgrade([&old_side](const std::string& binary, std::function<void(std::string)> r) {
+      old_side.Request(binary, std::move(r));
+    });
   }
   if (tail != nullptr) tail->Start(old_side.busy_flag());
   const uint64_t generation = server->generation();

@@ -203,6 +203,12 @@ bool OldSide::ShutdownNow() {
   return false;
 }
 
+void OldSide::Request(std::string binary, std::function<void(std::string)> reply) {
+  server_->RunOnControlThread([this, binary = std::move(binary), reply = std::move(reply)] {
+    OnRequest(server::Server::UpgradeRequest{binary, /*wait=*/true}, reply);
+  });
+}
+
 void OldSide::OnRequest(server::Server::UpgradeRequest request,
                         std::function<void(std::string)> reply) {
   const std::optional<std::string>& binary = request.binary;

@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "kvnode/cluster/etcd_client.h"
 #include "kvnode/cluster/member.h"
+#include "kvnode/cluster/roll.h"
 #include "kvnode/proto/shard_map.h"
 
 namespace kvnode::cluster {
@@ -40,6 +41,8 @@ struct ClusterStatus {
   std::string map_error;                   // the stored map's problem, if any
   std::vector<NodeStatus> nodes;           // the map's nodes, then members not in it
   std::vector<std::string> member_errors;  // unreadable member values
+  std::optional<RollPlan> roll;            // the fleet roll's plan, if any
+  std::string roll_error;                  // its value's problem, if unreadable
 };
 
 // Unbinds `node_id` from its database (kvctl cluster forget-node): deletes

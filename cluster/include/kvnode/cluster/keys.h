@@ -25,8 +25,11 @@ std::string MemberKey(std::string_view cluster, std::string_view node_id);
 // node. Member writes require it to hold the writer's instance; only
 // kvctl cluster forget-node removes it.
 std::string InstanceKey(std::string_view cluster, std::string_view node_id);
-// "/kvnode/<cluster>/roll": a fleet roll's plan (later).
+// "/kvnode/<cluster>/roll": the fleet roll's plan (roll.h; no lease).
 std::string RollKey(std::string_view cluster);
+// "/kvnode/<cluster>/roll-lock": which kvctl drives the roll, under that
+// kvctl's lease (roll_driver.h).
+std::string RollLockKey(std::string_view cluster);
 
 // The node id of a member key of `cluster`; nullopt for any other key
 // (including deeper paths under nodes/).

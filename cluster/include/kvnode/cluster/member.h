@@ -4,7 +4,10 @@
 //
 //   {"node_id":"a","endpoint":"10.0.0.1:7000","generation":3,
 //    "build_id":"v0.1-12-gabc","version":"0.1.0","state":"serving",
-//    "pid":1234,"instance":"<32 hex digits>"}
+//    "pid":1234,"instance":"<32 hex digits>",
+//    "health":{"rejected":0,"qp_errors":0,"upgrade_failures":0},
+//    "roll":{"id":"r-...","attempt":1,"outcome":"rolled_back","reason":"..."}}
+// (health and roll optional)
 //
 // Thread safety: pure values and functions.
 #ifndef KVNODE_CLUSTER_MEMBER_H_
@@ -33,6 +36,24 @@ enum class MemberState { kStarting, kServing, kDraining, kUpgrading };
 std::string_view MemberStateName(MemberState state);
 std::optional<MemberState> ParseMemberState(std::string_view name);
 
+// The error counters a fleet roll's health gate watches (docs/cluster.md,
+// "A member"); monotonic across live upgrades.
+struct MemberHealth {
+  uint64_t rejected = 0;          // RPCs answered REJECTED
+  uint64_t qp_errors = 0;         // client QPs gone to the error state
+  uint64_t upgrade_failures = 0;  // live upgrades rolled back or refused
+  friend bool operator==(const MemberHealth&, const MemberHealth&) = default;
+};
+
+// A node's answer to a roll's intent it could not carry out.
+struct RollReport {
+  std::string id;  // the plan's roll_id
+  uint64_t attempt = 0;
+  std::string outcome;  // "rolled_back" | "refused"
+  std::string reason;
+  friend bool operator==(const RollReport&, const RollReport&) = default;
+};
+
 struct Member {
   std::string node_id;      // proto::CheckName rules
   std::string endpoint;     // control endpoint clients connect to, host:port
@@ -41,7 +62,9 @@ struct Member {
   std::string version;      // project version of the binary
   MemberState state = MemberState::kStarting;
   int64_t pid = 0;
-  std::string instance;  // identity.h: the database's random instance id
+  std::string instance;                // identity.h: the database's random instance id
+  std::optional<MemberHealth> health;  // absent in a member of an older build
+  std::optional<RollReport> roll;      // the last intent it could not carry out
   friend bool operator==(const Member&, const Member&) = default;
 };
 

@@ -47,6 +47,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "kvnode/cluster/member.h"
+#include "kvnode/cluster/roll.h"
 #include "kvnode/proto/shard_map.h"
 
 namespace kvnode::cluster {
@@ -72,6 +73,10 @@ struct NodeSessionCallbacks {
   std::function<void(proto::ShardMap)> on_map;
   // The member key is held by another instance (contract 2). Optional.
   std::function<void(const absl::Status&)> on_refused;
+  // The fleet roll's plan changed (nullopt: none, or one that does not
+  // decode). Held back, like maps, until the binding is confirmed; on the
+  // watch thread, after on_map. Optional.
+  std::function<void(const std::optional<RollPlan>&)> on_roll;
 };
 
 struct NodeSessionStatus {

@@ -211,6 +211,12 @@ class OldSide {
   // code for `run_status` (0 / 3). Joins the upgrade thread when it ended.
   int FinishAfterRun(const absl::Status& run_status);
 
+  // Starts a live upgrade to `binary` as the admin request `upgrade --wait
+  // BINARY` does (a fleet roll's intent): `reply` gets the same answer line,
+  // at the outcome or the refusal. Any thread; the request runs on the
+  // control thread.
+  void Request(std::string binary, std::function<void(std::string)> reply);
+
   // True while an upgrade runs here (requests are refused). A new process
   // hands it to its NewSideTail, so that it refuses until O is gone.
   std::atomic<bool>* busy_flag() { return &busy_; }

@@ -1,0 +1,495 @@
+#include "kvnode/cluster/roll_driver.h"
+
+#include <atomic>
+#include <thread>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "kvnode/base/errno.h"
+#include "kvnode/cluster/keys.h"
+#include "kvnode/cluster/map_json.h"
+#include "nlohmann/json.hpp"
+
+namespace kvnode::cluster {
+namespace {
+
+using base::Av;
+using nlohmann::json;
+
+bool Retryable(const absl::Status& s) {
+  return absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s);
+}
+
+int64_t NowMs() { return absl::ToUnixMillis(absl::Now()); }
+
+// The roll's lock: RollLockKey created under a lease this process keeps
+// alive from its own thread (contract 1). Lost() once a renewal found the
+// lease gone.
+class RollLock {
+ public:
+  RollLock(EtcdClient& etcd, int64_t lease, absl::Duration every)
+      : etcd_(etcd), lease_(lease), thread_([this, every] { KeepAlive(every); }) {}
+  ~RollLock() {
+    {
+      absl::MutexLock l(&mu_);
+      stop_ = true;
+    }
+    thread_.join();
+    (void)etcd_.LeaseRevoke(lease_);  // the lock key goes with it
+  }
+  bool Lost() const { return lost_.load(); }
+
+ private:
+  void KeepAlive(absl::Duration every) {
+    for (;;) {
+      {
+        absl::MutexLock l(&mu_);
+        if (mu_.AwaitWithTimeout(absl::Condition(&stop_), every)) return;
+      }
+      auto ttl = etcd_.LeaseKeepAliveOnce(lease_);
+      if (!ttl.ok() && absl::IsNotFound(ttl.status())) lost_ = true;
+    }
+  }
+
+  EtcdClient& etcd_;
+  const int64_t lease_;
+  absl::Mutex mu_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::atomic<bool> lost_{false};
+  std::thread thread_;
+};
+
+class Driver {
+ public:
+  Driver(EtcdClient& etcd, const RollOptions& o, const RollProgressFn& progress)
+      : etcd_(etcd), o_(o), progress_(progress), roll_key_(RollKey(o.cluster)) {}
+
+  RollOutcome Run();
+
+ private:
+  // An etcd call, retried while etcd is unreachable, up to etcd_wait
+  // (contract 3).
+  template <typename F>
+  auto Call(F f) -> decltype(f());
+  void Say(const std::string& event) {
+    if (progress_) progress_(seen_, event);
+  }
+  RollOutcome Out(RollResult r, std::string message) {
+    return RollOutcome{r, std::move(message), seen_};
+  }
+  RollOutcome Fail(const absl::Status& s) {
+    if (absl::IsAborted(s)) return Out(RollResult::kRefused, std::string(s.message()));
+    return Out(Retryable(s) ? RollResult::kPaused : RollResult::kInvalid,
+               Retryable(s) ? absl::StrCat("etcd unavailable: ", s.message(),
+                                           "; the roll is paused (no node starts an upgrade "
+                                           "without its intent): kvctl cluster roll --resume")
+                            : std::string(s.message()));
+  }
+
+  absl::Status Read();
+  absl::Status WritePlan();
+  absl::Status TakeLock();
+  absl::StatusOr<RollPlan> NewPlan();
+  RollOutcome Abort();
+  RollOutcome Drive();
+  // Every node of the map alive and serving: "" or what is not.
+  std::string Unhealthy() const;
+  absl::Status StartBatch(std::vector<std::string>* batch);
+  absl::StatusOr<bool> AwaitBatch(const std::vector<std::string>& batch);
+  absl::StatusOr<std::string> Gate(const std::vector<std::string>& batch);
+  absl::Status Stop(const std::string& reason);
+
+  EtcdClient& etcd_;
+  const RollOptions& o_;
+  const RollProgressFn& progress_;
+  const std::string roll_key_;
+  std::unique_ptr<RollLock> lock_;
+  RollSnapshot seen_;
+  bool have_plan_ = false;
+  int64_t plan_rev_ = 0;
+  std::optional<proto::ShardMap> map_;
+  std::string map_error_;
+  bool etcd_lost_ = false;
+};
+
+template <typename F>
+auto Driver::Call(F f) -> decltype(f()) {
+  const absl::Time start = absl::Now();
+  for (;;) {
+    auto r = f();
+    if (r.ok() || !Retryable(r.status())) {
+      if (etcd_lost_) {
+        etcd_lost_ = false;
+        Say("etcd answers again: the roll goes on");
+      }
+      return r;
+    }
+    if (!etcd_lost_) {
+      etcd_lost_ = true;
+      Say(absl::StrCat("etcd unavailable (", r.status().message(), "): the roll is paused, ",
+                       "retrying for ", absl::FormatDuration(o_.etcd_wait)));
+    }
+    if (absl::Now() - start > o_.etcd_wait) return r;
+    absl::SleepFor(o_.poll);  // retry backoff, not a synchronisation
+  }
+}
+
+absl::Status Driver::Read() {
+  auto range = Call([&] { return etcd_.GetPrefix(ClusterPrefix(o_.cluster)); });
+  if (!range.ok()) return range.status();
+  seen_.members.clear();
+  have_plan_ = false;
+  plan_rev_ = 0;
+  map_.reset();
+  map_error_ = "no map (kvctl cluster init)";
+  for (const KeyValue& kv : range->kvs) {
+    if (kv.key == MapKey(o_.cluster)) {
+      auto m = DecodeMapJson(kv.value, o_.cluster);
+      map_error_ = m.ok() ? "" : std::string(m.status().message());
+      if (m.ok()) map_ = std::move(*m);
+    } else if (kv.key == roll_key_) {
+      auto p = DecodeRollJson(kv.value, kv.key);
+      if (!p.ok()) return p.status();
+      seen_.plan = std::move(*p);
+      have_plan_ = true;
+      plan_rev_ = kv.mod_revision;
+    } else if (auto id = NodeIdOfMemberKey(o_.cluster, kv.key)) {
+      auto m = DecodeMemberJson(kv.value, kv.key, *id);
+      if (m.ok()) seen_.members[*id] = std::move(*m);  // else: not alive
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Driver::WritePlan() {
+  if (lock_ && lock_->Lost()) {
+    return absl::UnavailableError("this kvctl lost the roll's lock (its lease expired)");
+  }
+  const std::string value = EncodeRollJson(seen_.plan);
+  auto r = Call([&] { return etcd_.PutIfModRevision(roll_key_, value, plan_rev_); });
+  if (!r.ok()) return r.status();
+  if (!r->applied) {
+    return absl::AbortedError(
+        absl::StrCat("the plan at ", roll_key_, " changed under this kvctl; stopped"));
+  }
+  plan_rev_ = r->revision;
+  have_plan_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status Driver::TakeLock() {
+  const std::string key = RollLockKey(o_.cluster);
+  const absl::Time deadline = absl::Now() + o_.lock_wait;
+  auto lease = Call([&] { return etcd_.LeaseGrant(o_.lock_ttl_s); });
+  if (!lease.ok()) return lease.status();
+  const std::string value = json{{"holder", o_.holder}}.dump();
+  for (;;) {
+    auto r = Call([&] { return etcd_.PutIfModRevision(key, value, 0, lease->id); });
+    if (!r.ok()) return r.status();
+    if (r->applied) break;
+    std::string holder = "another kvctl";
+    if (r->current) {
+      json j = json::parse(r->current->value, nullptr, false);
+      if (j.is_object() && j.contains("holder") && j["holder"].is_string()) {
+        holder = j["holder"].get<std::string>();
+      }
+    }
+    // A new roll is refused at once; --resume and --abort wait for the lock
+    // of a driver that died to expire with its lease.
+    if (o_.mode == RollMode::kStart || absl::Now() > deadline) {
+      (void)etcd_.LeaseRevoke(lease->id);
+      std::string id = "";
+      if (auto p = etcd_.Get(roll_key_); p.ok() && *p) {
+        auto plan = DecodeRollJson((*p)->value, roll_key_);
+        if (plan.ok()) id = absl::StrCat(" roll ", plan->roll_id);
+      }
+      return absl::FailedPreconditionError(absl::StrCat(
+          "refused:", id, " is being driven by ", holder, " (lock ", key,
+          "); wait for it, or, if it died, kvctl cluster roll --resume once its lease ends"));
+    }
+    absl::SleepFor(o_.poll);  // waiting for a lease to run out, with a deadline
+  }
+  lock_ = std::make_unique<RollLock>(etcd_, lease->id, absl::Seconds(o_.lock_ttl_s) / 3);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<RollPlan> Driver::NewPlan() {
+  if (!map_) return absl::FailedPreconditionError(map_error_);
+  if (o_.binary.empty() || o_.binary[0] != '/') {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--binary '", o_.binary, "' must be an absolute path"));
+  }
+  if (o_.build_id.empty()) return absl::InvalidArgumentError("the new build id is empty");
+  if (o_.max_unavailable < 1 || o_.max_unavailable > 1024) {
+    return absl::InvalidArgumentError("--max_unavailable must be within 1..1024");
+  }
+  RollPlan p;
+  p.roll_id = NewRollId();
+  p.binary = o_.binary;
+  p.build_id = o_.build_id;
+  p.max_unavailable = o_.max_unavailable;
+  p.gate_s = o_.gate_s;
+  for (const proto::MapNode& n : map_->nodes) {
+    RollNode r;
+    r.node_id = n.node_id;
+    p.nodes.push_back(std::move(r));
+  }
+  return p;
+}
+
+std::string Driver::Unhealthy() const {
+  if (!map_) return map_error_;
+  std::vector<std::string> bad;
+  for (const proto::MapNode& n : map_->nodes) {
+    auto it = seen_.members.find(n.node_id);
+    if (it == seen_.members.end()) {
+      bad.push_back(absl::StrCat(n.node_id, " is down"));
+    } else if (it->second.state != MemberState::kServing) {
+      bad.push_back(absl::StrCat(n.node_id, " is ", Av(MemberStateName(it->second.state))));
+    }
+  }
+  return absl::StrJoin(bad, ", ");
+}
+
+absl::Status Driver::Stop(const std::string& reason) {
+  seen_.plan.state = RollState::kStopped;
+  seen_.plan.reason = reason;
+  absl::Status s = WritePlan();
+  Say(absl::StrCat("stopped: ", reason));
+  return s;
+}
+
+// The next batch: nodes already on the build are done at once; the others
+// (up to max_unavailable) get their intent. An empty batch: none pending.
+absl::Status Driver::StartBatch(std::vector<std::string>* batch) {
+  RollPlan& p = seen_.plan;
+  for (RollNode& n : p.nodes) {
+    if (batch->size() >= p.max_unavailable) break;
+    if (n.state != RollNodeState::kPending) continue;
+    auto it = seen_.members.find(n.node_id);
+    if (it == seen_.members.end()) {
+      return absl::FailedPreconditionError(absl::StrCat(n.node_id, " is down"));
+    }
+    const Member& m = it->second;
+    n.started_ms = NowMs();
+    if (m.build_id == p.build_id) {
+      n.state = RollNodeState::kDone;
+      n.to_generation = m.generation;
+      n.ended_ms = n.started_ms;
+      n.reason = "already on the build";
+      continue;
+    }
+    n.state = RollNodeState::kUpgrading;
+    n.attempt += 1;
+    n.from_generation = m.generation;
+    n.to_generation = 0;
+    n.ended_ms = 0;
+    n.reason.clear();
+    batch->push_back(n.node_id);
+  }
+  if (absl::Status s = WritePlan(); !s.ok()) return s;
+  for (const std::string& id : *batch) Say(absl::StrCat(id, ": upgrading"));
+  return absl::OkStatus();
+}
+
+// Waits until no node of the batch is upgrading; true when all are done.
+absl::StatusOr<bool> Driver::AwaitBatch(const std::vector<std::string>& batch) {
+  const absl::Time since = absl::Now();
+  for (;;) {
+    bool waiting = false, all_done = true, changed = false;
+    for (const std::string& id : batch) {
+      RollNode* n = seen_.plan.node(id);
+      if (n == nullptr) continue;
+      if (n->state == RollNodeState::kUpgrading) {
+        auto it = seen_.members.find(id);
+        std::optional<Member> m;
+        if (it != seen_.members.end()) m = it->second;
+        RollVerdict v = Judge(seen_.plan, *n, m);
+        if (v.state == RollNodeState::kUpgrading && absl::Now() - since > o_.node_timeout) {
+          v.state = RollNodeState::kFailed;
+          v.reason = absl::StrCat("no outcome within ", absl::FormatDuration(o_.node_timeout),
+                                  ": the node is ",
+                                  m ? absl::StrCat(Av(MemberStateName(m->state)), " at generation ",
+                                                   m->generation, " with build '", m->build_id, "'")
+                                    : "down");
+        }
+        if (v.state != RollNodeState::kUpgrading) {
+          n->state = v.state;
+          n->to_generation = v.to_generation;
+          n->reason = v.reason;
+          n->ended_ms = NowMs();
+          changed = true;
+          Say(absl::StrCat(id, ": ", Av(RollNodeStateName(v.state)),
+                           v.reason.empty() ? "" : absl::StrCat(" (", v.reason, ")")));
+        }
+      }
+      waiting |= n->state == RollNodeState::kUpgrading;
+      all_done &= n->state == RollNodeState::kDone;
+    }
+    if (changed) {
+      if (absl::Status s = WritePlan(); !s.ok()) return s;
+    }
+    if (!waiting) return all_done;
+    absl::SleepFor(o_.poll);  // polling the member keys, bounded by node_timeout
+    if (absl::Status s = Read(); !s.ok()) return s;
+    if (!have_plan_ || seen_.plan.state != RollState::kRunning) {
+      return absl::AbortedError("the roll was stopped or aborted by another kvctl");
+    }
+  }
+}
+
+// Healthy for gate_s: "" or why not.
+absl::StatusOr<std::string> Driver::Gate(const std::vector<std::string>& batch) {
+  Say(absl::StrCat("gate: ", seen_.plan.gate_s, " s healthy before the next node"));
+  std::map<std::string, MemberHealth> from;
+  for (const auto& [id, m] : seen_.members) {
+    if (m.health) from[id] = *m.health;
+  }
+  const absl::Time end = absl::Now() + absl::Seconds(seen_.plan.gate_s);
+  for (;;) {
+    if (std::string bad = Unhealthy(); !bad.empty()) return absl::StrCat("gate: ", bad);
+    for (const std::string& id : batch) {
+      auto it = seen_.members.find(id);
+      if (it == seen_.members.end()) return absl::StrCat("gate: ", id, " is down");
+      if (it->second.build_id != seen_.plan.build_id) {
+        return absl::StrCat("gate: ", id, " runs build '", it->second.build_id, "', not '",
+                            seen_.plan.build_id, "'");
+      }
+    }
+    for (const auto& [id, h0] : from) {
+      auto it = seen_.members.find(id);
+      if (it == seen_.members.end() || !it->second.health) continue;
+      const MemberHealth& h = *it->second.health;
+      for (auto [name, a, b] : {std::tuple{"rejected", h0.rejected, h.rejected},
+                                {"qp_errors", h0.qp_errors, h.qp_errors},
+                                {"upgrade_failures", h0.upgrade_failures, h.upgrade_failures}}) {
+        if (b > a) return absl::StrCat("gate: ", id, "'s ", name, " rose from ", a, " to ", b);
+      }
+    }
+    if (absl::Now() >= end) return std::string();
+    absl::SleepFor(std::min(o_.poll, end - absl::Now()));  // polling for gate_s
+    if (absl::Status s = Read(); !s.ok()) return s;
+  }
+}
+
+RollOutcome Driver::Drive() {
+  for (;;) {
+    RollPlan& p = seen_.plan;
+    std::vector<std::string> batch;
+    for (const RollNode& n : p.nodes) {
+      if (n.state == RollNodeState::kUpgrading) batch.push_back(n.node_id);  // resumed
+    }
+    if (batch.empty()) {
+      if (std::string bad = Unhealthy(); !bad.empty()) {
+        absl::Status s = Stop(absl::StrCat("not every node is serving: ", bad));
+        return s.ok() ? Out(RollResult::kStopped, p.reason) : Fail(s);
+      }
+      if (absl::Status s = StartBatch(&batch); !s.ok()) return Fail(s);
+      if (batch.empty()) {
+        bool pending = false;
+        for (const RollNode& n : p.nodes) pending |= n.state == RollNodeState::kPending;
+        if (pending) continue;  // the batch was all done already
+        p.state = RollState::kDone;
+        if (absl::Status s = WritePlan(); !s.ok()) return Fail(s);
+        Say("done");
+        return Out(RollResult::kDone, "");
+      }
+    }
+    auto done = AwaitBatch(batch);
+    if (!done.ok()) return Fail(done.status());
+    if (!*done) {
+      std::vector<std::string> why;
+      for (const std::string& id : batch) {
+        const RollNode* n = p.node(id);
+        if (n->state != RollNodeState::kDone) why.push_back(absl::StrCat(id, ": ", n->reason));
+      }
+      absl::Status s = Stop(absl::StrJoin(why, "; "));
+      return s.ok() ? Out(RollResult::kStopped, p.reason) : Fail(s);
+    }
+    auto gate = Gate(batch);
+    if (!gate.ok()) return Fail(gate.status());
+    if (!gate->empty()) {
+      absl::Status s = Stop(*gate);
+      return s.ok() ? Out(RollResult::kStopped, p.reason) : Fail(s);
+    }
+    Say("gate passed");
+  }
+}
+
+RollOutcome Driver::Abort() {
+  RollPlan& p = seen_.plan;
+  if (p.state == RollState::kDone || p.state == RollState::kAborted) {
+    return Out(RollResult::kRefused,
+               absl::StrCat("roll ", p.roll_id, " is already ", Av(RollStateName(p.state)),
+                            "; nothing to abort"));
+  }
+  p.state = RollState::kAborted;
+  p.reason = absl::StrCat("aborted by ", o_.holder);
+  if (absl::Status s = WritePlan(); !s.ok()) return Fail(s);
+  Say("aborted");
+  return Out(RollResult::kDone, "");
+}
+
+RollOutcome Driver::Run() {
+  if (o_.mode == RollMode::kDryRun) {
+    if (absl::Status s = Read(); !s.ok()) return Fail(s);
+    auto plan = NewPlan();
+    if (!plan.ok()) return Fail(plan.status());
+    seen_.plan = std::move(*plan);
+    return Out(RollResult::kDone, "");
+  }
+  if (absl::Status s = TakeLock(); !s.ok()) {
+    return absl::IsFailedPrecondition(s) ? Out(RollResult::kRefused, std::string(s.message()))
+                                         : Fail(s);
+  }
+  if (absl::Status s = Read(); !s.ok()) return Fail(s);
+  const bool open = have_plan_ && (seen_.plan.state == RollState::kRunning ||
+                                   seen_.plan.state == RollState::kStopped);
+  if (o_.mode == RollMode::kStart) {
+    if (open) {
+      return Out(RollResult::kRefused,
+                 absl::StrCat("roll ", seen_.plan.roll_id, " is unfinished (",
+                              Av(RollStateName(seen_.plan.state)),
+                              seen_.plan.reason.empty() ? "" : ": " + seen_.plan.reason,
+                              "): kvctl cluster roll --resume or --abort"));
+    }
+    auto plan = NewPlan();
+    if (!plan.ok()) return Fail(plan.status());
+    seen_.plan = std::move(*plan);
+    if (absl::Status s = WritePlan(); !s.ok()) return Fail(s);
+    Say(absl::StrCat("started: ", seen_.plan.nodes.size(), " nodes to build '", seen_.plan.build_id,
+                     "'"));
+    return Drive();
+  }
+  if (!open) {
+    return Out(RollResult::kRefused,
+               have_plan_ ? absl::StrCat("roll ", seen_.plan.roll_id, " is ",
+                                         Av(RollStateName(seen_.plan.state)), "; nothing to ",
+                                         o_.mode == RollMode::kAbort ? "abort" : "resume")
+                          : absl::StrCat("no roll at ", roll_key_));
+  }
+  if (o_.mode == RollMode::kAbort) return Abort();
+  for (RollNode& n : seen_.plan.nodes) {
+    if (n.state == RollNodeState::kRolledBack || n.state == RollNodeState::kFailed) {
+      n.state = RollNodeState::kPending;
+    }
+  }
+  seen_.plan.state = RollState::kRunning;
+  seen_.plan.reason.clear();
+  if (absl::Status s = WritePlan(); !s.ok()) return Fail(s);
+  Say("resumed");
+  return Drive();
+}
+
+}  // namespace
+
+RollOutcome RunRoll(EtcdClient& etcd, const RollOptions& options, const RollProgressFn& progress) {
+  Driver d(etcd, options, progress);
+  return d.Run();
+}
+
+}  // namespace kvnode::cluster
