@@ -64,20 +64,21 @@ absl::StatusOr<std::string> ProbeBuildId(const std::string& binary) {
   }
   std::string out;
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
-  for (;;) {
+  bool eof = false;
+  while (!eof) {
     pollfd p{fds[0], POLLIN, 0};
     int left = static_cast<int>(absl::ToInt64Milliseconds(deadline - absl::Now()));
     if (left <= 0 || poll(&p, 1, left) <= 0) break;
     char buf[512];
     ssize_t n = read(fds[0], buf, sizeof buf);
-    if (n <= 0) break;
-    out.append(buf, static_cast<size_t>(n));
+    if (n > 0) out.append(buf, static_cast<size_t>(n));
+    eof = n <= 0;
   }
   close(fds[0]);
   int status = 0;
-  if (waitpid(pid, &status, WNOHANG) == 0) {
-    kill(pid, SIGKILL);
-    waitpid(pid, &status, 0);
+  if (!eof) kill(pid, SIGKILL);  // it printed nothing more within the deadline
+  waitpid(pid, &status, 0);
+  if (!eof) {
     return absl::DeadlineExceededError(absl::StrCat(binary, " --print_build_id took over 60 s"));
   }
   while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();

@@ -25,6 +25,7 @@ struct Seen {
   std::mutex mu;
   std::vector<proto::ShardMap> maps;
   std::vector<absl::Status> refusals;
+  std::vector<std::optional<RollPlan>> rolls;
 
   NodeSessionCallbacks Callbacks() {
     return {.on_map =
@@ -36,6 +37,11 @@ struct Seen {
                 [this](const absl::Status& s) {
                   std::lock_guard<std::mutex> l(mu);
                   refusals.push_back(s);
+                },
+            .on_roll =
+                [this](const std::optional<RollPlan>& p) {
+                  std::lock_guard<std::mutex> l(mu);
+                  rolls.push_back(p);
                 }};
   }
   std::optional<proto::ShardMap> last() {
@@ -123,6 +129,39 @@ TEST_F(NodeSessionTest, RegistersAndDeliversTheAssembledMap) {
   }));
   session->Stop(/*revoke=*/true);
   EXPECT_FALSE(MemberKv().has_value());  // revoked with its lease
+}
+
+// The fleet roll's plan reaches the node as it changes; a value that does
+// not decode counts as no plan (nothing is acted on).
+TEST_F(NodeSessionTest, DeliversTheRollPlanAsItChanges) {
+  PutMap(1);
+  RollPlan plan;
+  plan.roll_id = "r-1";
+  plan.binary = "/usr/sbin/kvnode";
+  plan.build_id = "b2";
+  plan.nodes.resize(1);
+  plan.nodes[0].node_id = "a";
+  ASSERT_TRUE(client_->Put(RollKey("c1"), EncodeRollJson(plan)).ok());
+  Seen seen;
+  auto session = NewSession(kInstanceA, &seen);
+  ASSERT_TRUE(session->Start(Self(kInstanceA), std::nullopt).ok());
+  auto rolls = [&] {
+    std::lock_guard<std::mutex> l(seen.mu);
+    return seen.rolls;
+  };
+  ASSERT_TRUE(WaitUntil([&] { return rolls().size() == 1; }));
+  EXPECT_EQ(rolls()[0], plan);
+  plan.nodes[0].state = RollNodeState::kUpgrading;
+  ASSERT_TRUE(client_->Put(RollKey("c1"), EncodeRollJson(plan)).ok());
+  ASSERT_TRUE(WaitUntil([&] { return rolls().size() == 2; }));
+  EXPECT_EQ(rolls()[1], plan);
+  ASSERT_TRUE(client_->Put(RollKey("c1"), "{not json").ok());
+  ASSERT_TRUE(WaitUntil([&] { return rolls().size() == 3; }));
+  EXPECT_FALSE(rolls()[2].has_value());
+  PutMap(2);  // a map change alone delivers no plan
+  ASSERT_TRUE(WaitUntil([&] { return seen.last() && seen.last()->epoch == 2; }));
+  EXPECT_EQ(rolls().size(), 3u);
+  session->Stop(/*revoke=*/true);
 }
 
 TEST_F(NodeSessionTest, DuplicateNodeIdOfAnotherInstanceIsRefused) {
