@@ -12,8 +12,11 @@
 #   3. etcd killed (SIGKILL) while a node upgrades: kvctl pauses (exit 3
 #      after --etcd_wait_s); the node upgrading finishes, no other starts;
 #      etcd back, `--resume` finishes.
+#   4. node c's old process killed (an injected crash) past the point of no
+#      return of its upgrade: its new process takes over alone, the roll is
+#      done.
 # The load: zero failed operations, zero verify errors, linearizable.
-# ~4 min in the TCG guest.
+# ~3.5 min in the guest.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/upgrade_lib.sh"
 source "$(dirname "$0")/roll_lib.sh"
@@ -108,6 +111,31 @@ roll_run resume-etcd - --resume
 roll_expect 0 "--resume after etcd's return"
 expect_nodes "after the resumed roll" a:4:build-b:serving b:4:build-b:serving c:4:build-b:serving
 kv_ok "etcd back: --resume finished the roll"
+
+# --- 4. An old process killed past its point of no return. -------------------
+# Build d is build a whose node c, when it is later the old side of an
+# upgrade, crashes right after Owned (--upgrade_fault, armed by the flag the
+# wrapper adds). Roll to d, then to b: c's new process takes over alone.
+armed="$KV_TEST_DIR/kvnode-d"
+cat >"$armed" <<SH
+#!/bin/bash
+# build a; as node c, its old side crashes at o_move_clients.
+prev="" fault=()
+for a in "\$@"; do
+  [[ \$prev == --node_id && \$a == c ]] && fault=(--upgrade_fault=o_move_clients:crash)
+  prev=\$a
+done
+exec "$KV_TEST_DIR/kvnode-a" "\$@" "\${fault[@]}"
+SH
+chmod 755 "$armed"
+roll_run armed d --build_id build-a
+roll_expect 0 "the roll to build d (a, armed on c)"
+roll_run crash b
+roll_expect 0 "the roll whose node c's old process crashes"
+grep -aq "injected crash at o_move_clients" "${KV_C_LOG[2]}" ||
+  kv_fail "c's old process did not crash at o_move_clients (log ${KV_C_LOG[2]})"
+expect_nodes "after the crash" a:6:build-b:serving b:6:build-b:serving c:6:build-b:serving
+kv_ok "c's old process crashed past its point of no return; its new process serves, the roll done"
 
 kv_cluster_load_stop strict
 python3 - "$KV_LOAD_REPORT" <<'PY' || kv_fail "kvload's report"
