@@ -4,12 +4,16 @@
 # of nodes a, b, c, the three nodes, and `kvload --cluster` across them. Then
 # node b is killed (SIGKILL): its slots fail at once with SHARD_UNAVAILABLE
 # once its lease expires, a and c keep serving; b restarted serves its slots
-# again to the same clients. `kvctl cluster status` at each step.
+# again to the same clients. Last, a fleet roll under a fresh load: `kvctl
+# cluster roll` upgrades a, b and c live in turn to a stand-in for the next
+# release (this binary under another build id), and that load ends with no
+# failed operation. `kvctl cluster status` at each step.
 #
 #   DEMO_DURATION=S     seconds of load before the kill and after the restart [4]
 #   DEMO_KEYS=N         keys [3000]
 #   DEMO_PORT=P         node a's port; b and c take the next two [7000]
 #   DEMO_ETCD_PORT=P    etcd's client port; its peer port is P+1 [23790]
+#   DEMO_GATE_S=S       the roll's health gate after each node [2]
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source deploy/lib.sh
@@ -29,7 +33,8 @@ endpoints="127.0.0.1:$etcd_port"
 pids=() etcd_pid="" load_pid=""
 cleanup() {
   local p
-  for p in "${pids[@]}" "$etcd_pid" "$load_pid"; do
+  # A live upgrade's new process is nobody's child here: its pid file names it.
+  for p in "${pids[@]}" "$etcd_pid" "$load_pid" $(cat "$dir"/*/pid 2>/dev/null); do
     [[ -n $p ]] && kill -KILL "$p" 2>/dev/null || true
   done
   rm -f /dev/shm/kvnode-demo-$$-*
@@ -136,14 +141,45 @@ kill -INT "$load_pid"
 rc=0
 wait "$load_pid" || rc=$?
 load_pid=""
-python3 - "$dir/report.json" <<'PY'
+summary() { # REPORT WHAT
+  python3 - "$1" "$2" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
 print(f"== kvload: {r['ops']} ops, failed {r['failed_ops']} "
-      f"(shard_unavailable {r.get('shard_unavailable', '?')}: b's slots while b was down), "
+      f"(shard_unavailable {r.get('shard_unavailable', '?')}{sys.argv[2]}), "
       f"longest gap {r['blackout_ms']:.0f} ms")
 PY
+}
+summary "$dir/report.json" ": b's slots while b was down"
+echo "   kvload exited $rc (1: the failed operations of b's slots)"
+((rc == 0 || rc == 1)) || fail "kvload exited $rc"
+
+# The next release, stood in for by this binary under another build id.
+next="$dir/kvnode-next"
+printf '#!/bin/sh\nexec "%s" "$@" --build_id=demo-next\n' "$build/node/kvnode" >"$next"
+chmod 755 "$next"
+echo "== fleet roll under load: kvctl cluster roll --binary $next"
+echo "   (a live upgrade of a, b, c in turn, each followed by a ${DEMO_GATE_S:-2} s health gate)"
+"$build/tools/kvload" --cluster "$seeds" --auth_token_file "$token" --workload A \
+  --keys "$keys" --distribution uniform --clients 4 --threads 2 --depth 4 --verify \
+  --duration 100000 --timeout_ms 30000 --progress=false --report "$dir/roll-report.json" \
+  >"$dir/kvload-roll.log" 2>&1 &
+load_pid=$!
+b0=$(stat_of 1 ops_put || echo 0)
+KV_AWAIT_INTERVAL=0.2 kv_await 60 b_serves || fail "the second load reached no node within 60 s"
+kvctl cluster roll --binary "$next" --gate_s "${DEMO_GATE_S:-2}" --etcd_endpoints "$endpoints" \
+  --cluster "$cluster" | sed 's/^/   /' || fail "kvctl cluster roll failed"
+status
+kill -INT "$load_pid"
+rc=0
+wait "$load_pid" || rc=$?
+load_pid=""
+summary "$dir/roll-report.json" ""
+((rc == 0)) || fail "kvload exited $rc during the fleet roll"
+
 echo "== stopping the nodes (SIGTERM) and etcd"
+# After the roll each node is its upgrade's new process: its pid file says which.
+for i in 0 1 2; do pids[i]=$(cat "$dir/${ids[i]}/pid"); done
 for i in 0 1 2; do kill -TERM "${pids[i]}"; done
 for i in 0 1 2; do
   kv_await 60 kv_gone "${pids[i]}" || fail "node ${ids[i]} still alive 60 s after SIGTERM"
@@ -153,5 +189,4 @@ pids=()
 kill -TERM "$etcd_pid"
 kv_await 30 kv_gone "$etcd_pid" || fail "etcd still alive 30 s after SIGTERM"
 etcd_pid=""
-echo "kvload exited $rc (1: the failed operations of b's slots); report: $dir/report.json"
-((rc == 0 || rc == 1))
+echo "demo: done (reports: $dir/report.json, $dir/roll-report.json)"

@@ -15,7 +15,8 @@
 #   deploy/demo.sh --no-build      skip install and build (binaries must exist)
 #   deploy/demo.sh --cluster [--no-build]   the cluster instead: etcd, three
 #                                  nodes, a node's loss and return under
-#                                  kvload --cluster (deploy/demo-cluster.sh)
+#                                  kvload --cluster, then a fleet roll under
+#                                  load (deploy/demo-cluster.sh)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source deploy/lib.sh
