@@ -10,7 +10,7 @@ namespace kvnode::node {
 
 void RollAgent::OnPlan(const std::optional<cluster::RollPlan>& plan) {
   {
-    absl::MutexLock l(&mu_);
+    AnnotatedLock l(&mu_);
     plan_ = plan;
   }
   Act();
@@ -18,7 +18,7 @@ void RollAgent::OnPlan(const std::optional<cluster::RollPlan>& plan) {
 
 void RollAgent::SetUpgrade(UpgradeFn upgrade) {
   {
-    absl::MutexLock l(&mu_);
+    AnnotatedLock l(&mu_);
     upgrade_ = std::move(upgrade);
   }
   Act();
@@ -29,7 +29,7 @@ void RollAgent::Act() {
   std::optional<cluster::RollIntent> intent;
   UpgradeFn upgrade;
   {
-    absl::MutexLock l(&mu_);
+    AnnotatedLock l(&mu_);
     if (!plan_ || !upgrade_) return;
     intent = cluster::ShouldAct(*plan_, self, acted_);
     if (!intent) return;

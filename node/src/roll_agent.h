@@ -22,7 +22,7 @@
 #include <string>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
+#include "kvnode/base/annotated_mutex.h"
 #include "kvnode/cluster/member.h"
 #include "kvnode/cluster/roll.h"
 
@@ -53,7 +53,7 @@ class RollAgent {
 
   const SelfFn self_;
   const ReportFn report_;
-  absl::Mutex mu_;
+  AnnotatedMutex mu_;  // not absl::Mutex: TSan sees this one (annotated_mutex.h)
   std::optional<cluster::RollPlan> plan_ ABSL_GUARDED_BY(mu_);
   UpgradeFn upgrade_ ABSL_GUARDED_BY(mu_);
   std::optional<cluster::RollIntent> acted_ ABSL_GUARDED_BY(mu_);

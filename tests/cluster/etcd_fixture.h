@@ -167,6 +167,15 @@ class EtcdProcess {
 class EtcdTest : public ::testing::Test {
  protected:
   void SetUp() override {
+#if defined(__SANITIZE_THREAD__)
+    // Debian's gRPC and Abseil are not built with -fsanitize=thread: TSan
+    // sees neither their atomics nor their handoffs between threads, and
+    // reports races in every call (their frames, absl::Status, time zones).
+    // The etcd tests run under ASan and in the plain build; the cluster
+    // code's own threads are covered under TSan without gRPC (RollAgent).
+    GTEST_SKIP() << "etcd tests are not run under TSan: Debian's gRPC and Abseil are "
+                    "not instrumented";
+#endif
     if (::access(kEtcdBinary, X_OK) != 0) {
       GTEST_SKIP() << kEtcdBinary << " is not installed (Debian etcd-server): "
                    << "the cluster tests need a real etcd";
