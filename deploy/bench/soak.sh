@@ -5,7 +5,8 @@
 # failed operation, verification error or leak; prints a summary. Runs on the
 # host's verbs device, or inside deploy/vm/rxe-vm (Soft-RoCE) when there is none.
 # `deploy/bench/soak.sh --help` explains every option. A slow leak or a rare fault
-# shows only over many upgrades: that is what this run is for.
+# shows only over many upgrades: that is what this run is for. With --cluster:
+# the same for fleet rolls (`kvctl cluster roll`) of three nodes on etcd.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 source deploy/lib.sh
@@ -65,18 +66,61 @@ options:
                      in deploy/vm/rxe-vm also copied to its results dir, soak/)
   -h, --help         this text
 
+--cluster: fleet rolls instead (docs/cluster.md, "Fleet roll"). etcd and three
+nodes a, b, c (tests/e2e/lib.sh's harness) under `kvload --cluster --verify
+--history` (M clients, YCSB A, depth 4, ack log), R rolls (`kvctl cluster
+roll --gate_s G`) alternating between the two builds: 3 R node upgrades.
+  churn   as above, around every C-th roll; its clients join every node.
+  faults  every K-th roll is to a binary that refuses to start as one node
+          (a, b, c in turn): that node's live upgrade rolls back, the roll
+          stops (kvctl exit 1; the node rolled_back, the nodes before it done,
+          those after it pending and untouched). Then the binary is fixed and
+          `kvctl cluster roll --resume` finishes the roll (exit 0).
+After every roll, within a deadline: every node serving on the roll's build,
+its generation exactly one more, as many clients as the loads have, no child
+process, no verbs object of an old process, and its QPs and MRs as before the
+first roll. The run stops at the first failure. At the end: kvload's report
+(0 failed, 0 verify errors, 0 stale), the ack-log audit, kvhistory on the
+history (linearizable), every node stopped by SIGTERM (exit 0), then the
+summary (also as JSON, --summary): CLEAN only when all of that held.
+
+cluster options (--upgrades, --fault_every and --cells are refused with it):
+  --cluster          this mode
+  --rolls R          fleet rolls (default $SOAK_ROLLS, else 20: ~13 min in the
+                     TCG guest; SOAK_ROLLS=100 is the long variant)
+  --roll_fault_every K  every K-th roll to the failing binary (default 5; 0 = none)
+  --gate_s G         the rolls' health gate, s (default 1, as the e2e tests')
+  --summary FILE     the summary as JSON (default BUILD/soak-cluster/summary.json;
+                     with --keep or a failure the logs go beside it, in work/)
+  --max_minutes, --churn_every, --seed, --clients, --keys, --op_timeout_ms,
+  --build, --no-build, --keep as above (per roll instead of per upgrade);
+  --vm_timeout default 900 + 90 per roll, or 900 + 60 per --max_minutes
+
 Examples:
   deploy/bench/soak.sh --upgrades 200                 ~35 min in the TCG guest (idle 2-core host)
   deploy/bench/soak.sh --upgrades 20 --seed 42        replays the same fault cells
+  deploy/bench/soak.sh --cluster                      20 rolls, 60 node upgrades, 4 rollbacks
+  SOAK_ROLLS=100 deploy/bench/soak.sh --cluster       the long variant
 EOF
 }
 
 upgrades=1000 fault_every=4 churn_every=3 seed="" clients=8 keys=2000 op_timeout=60000
 max_minutes=0 cells="" build=${KVNODE_BUILD_DIR:-$PWD/build} do_build=1 vm_timeout="" keep=0 inner=0
+cluster=0 rolls=${SOAK_ROLLS:-20} roll_fault_every=5 gate_s=1 summary_json="" single_only="" cluster_only=""
 while (($#)); do
   case $1 in
+    --upgrades | --fault_every | --max_minutes | --cells | --churn_every | --seed | --clients | --keys | \
+      --op_timeout_ms | --build | --vm_timeout | --rolls | --roll_fault_every | --gate_s | --summary)
+      (($# >= 2)) || { echo "soak.sh: $1 needs a value" >&2; exit 2; } ;;&
+    --upgrades | --fault_every | --cells) single_only+=" $1" ;;&
+    --rolls | --roll_fault_every | --gate_s | --summary) cluster_only+=" $1" ;;&
     --upgrades) upgrades=$2; shift ;;
     --fault_every) fault_every=$2; shift ;;
+    --cluster) cluster=1 ;;
+    --rolls) rolls=$2; shift ;;
+    --roll_fault_every) roll_fault_every=$2; shift ;;
+    --gate_s) gate_s=$2; shift ;;
+    --summary) summary_json=$(realpath -m "$2"); shift ;;
     --max_minutes) max_minutes=$2; shift ;;
     --cells) cells=$2; shift ;;
     --churn_every) churn_every=$2; shift ;;
@@ -94,10 +138,17 @@ while (($#)); do
   esac
   shift
 done
-for v in upgrades max_minutes fault_every churn_every clients keys op_timeout; do
+for v in upgrades max_minutes fault_every churn_every clients keys op_timeout rolls roll_fault_every gate_s; do
   [[ ${!v} =~ ^[0-9]+$ ]] || { echo "soak.sh: --$v must be a number, not '${!v}'" >&2; exit 2; }
 done
 ((upgrades >= 1 && clients >= 1)) || { echo "soak.sh: --upgrades and --clients must be >= 1" >&2; exit 2; }
+if ((cluster)); then
+  [[ -z $single_only ]] || { echo "soak.sh:$single_only: not with --cluster (see --rolls, --roll_fault_every)" >&2; exit 2; }
+  ((rolls >= 1)) || { echo "soak.sh: --rolls (SOAK_ROLLS) must be >= 1" >&2; exit 2; }
+  summary_json=${summary_json:-$build/soak-cluster/summary.json}
+else
+  [[ -z $cluster_only ]] || { echo "soak.sh:$cluster_only: only with --cluster" >&2; exit 2; }
+fi
 [[ -n $seed ]] || seed=$(($(date +%s%N) % 1000000007))
 [[ $seed =~ ^[0-9]+$ ]] || { echo "soak.sh: --seed must be a number" >&2; exit 2; }
 
@@ -105,10 +156,16 @@ done
 if ((inner == 0)); then
   if ((do_build)); then
     cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-    cmake --build "$build" -j 2 --target kvnode kvload kvctl kvnode_admin_request
+    cmake --build "$build" -j 2 --target kvnode kvload kvctl kvnode_admin_request kvhistory
   fi
-  args=(--inner --upgrades "$upgrades" --max_minutes "$max_minutes" --fault_every "$fault_every" --churn_every "$churn_every"
+  args=(--inner --max_minutes "$max_minutes" --churn_every "$churn_every"
     --seed "$seed" --clients "$clients" --keys "$keys" --op_timeout_ms "$op_timeout")
+  if ((cluster)); then
+    args+=(--cluster --rolls "$rolls" --roll_fault_every "$roll_fault_every" --gate_s "$gate_s"
+      --summary "$summary_json")
+  else
+    args+=(--upgrades "$upgrades" --fault_every "$fault_every")
+  fi
   [[ -n $cells ]] && args+=(--cells "$cells")
   ((keep)) && args+=(--keep)
   if kv_active_device >/dev/null; then
@@ -116,6 +173,7 @@ if ((inner == 0)); then
   fi
   echo "== no verbs device on this host: running in deploy/vm/rxe-vm (Soft-RoCE rxe0 in a QEMU guest)"
   t=$((600 + 120 * upgrades))
+  ((cluster)) && t=$((900 + 90 * rolls))
   ((max_minutes > 0 && 900 + 60 * max_minutes < t)) && t=$((900 + 60 * max_minutes))
   exec deploy/vm/rxe-vm --rw "$build" --timeout "${vm_timeout:-$t}" -- \
     env KVNODE_BUILD_DIR="$build" "$PWD/deploy/bench/soak.sh" "${args[@]}"
@@ -345,6 +403,404 @@ stop_load() { # PID: SIGINT, wait with a deadline; sets LOAD_RC
   fi
   wait "$pid" || LOAD_RC=$?
 }
+
+# --- --cluster: fleet rolls of three nodes -----------------------------------------
+if ((cluster)); then
+  source tests/e2e/roll_lib.sh
+  ROLL_FLAGS=(--gate_s "$gate_s") # roll_lib's kvctl flags
+  umask 077 # the nodes' --pid_file directories must be their own
+  kv_test_dir
+  work=$KV_TEST_DIR
+
+  # Two wrapper builds like soak_make_builds (build id, --upgrade_binary the
+  # other one; the flags each upgrade appends collapsed, so the argv does not
+  # grow over many rolls), and kvnode-c: the roll's build, except that it
+  # refuses to start as one node (written before each faulted roll).
+  for b in a b; do
+    o=b
+    [[ $b == b ]] && o=a
+    cat >"$work/kvnode-$b" <<EOF
+#!/bin/bash
+args=() listen=()
+while ((\$#)); do
+  case \$1 in
+    --build_id=* | --upgrade_binary=*) ;;
+    --listen=*) listen=("\$1") ;;
+    --listen) listen=("--listen=\$2"); shift ;;
+    *) args+=("\$1") ;;
+  esac
+  shift
+done
+exec "$KV_BUILD/node/kvnode" "\${args[@]}" "\${listen[@]}" --build_id=build-$b --upgrade_binary="$work/kvnode-$o"
+EOF
+    chmod 755 "$work/kvnode-$b"
+  done
+  make_bad_build() { # VICTIM BUILD
+    cat >"$work/kvnode-c" <<EOF
+#!/bin/bash
+# build-$2, except that it cannot start as node $1
+prev=""
+for a in "\$@"; do
+  [[ \$prev == --node_id && \$a == $1 ]] && { echo "kvnode-c: refusing to run as node $1" >&2; exit 1; }
+  prev=\$a
+done
+exec "$work/kvnode-$2" "\$@"
+EOF
+    chmod 755 "$work/kvnode-c"
+  }
+
+  rolls_done=0 node_ups=0 rollbacks=0 resumes=0 roll_ms=() roll_lines=()
+  declare -A gen_at=() base_qp=() base_mr=() start_state=() end_state=()
+  fleet=a hrc="" audit_line="" linear_line=""
+
+  # Cheap probes, as the single-node soak's: one `rdma` call for every node,
+  # the static admin client, builtins otherwise.
+  # Sets F_PID[I] (from the stats answers F_STATS[I]; fleet_stats), then
+  # K_QP[I] K_MR[I] (the verbs objects the kernel lists for node I's threads)
+  # and F_OLD (tids of kvnode objects of no current node process: an old
+  # process's leftovers) from one `rdma` call (fleet_verbs).
+  F_PID=() F_STATS=() K_QP=() K_MR=() F_OLD=""
+  fleet_stats() {
+    local i
+    for i in 0 1 2; do
+      F_STATS[i]=$(kv_node_admin "$i" stats 2>/dev/null) || F_STATS[i]=""
+      F_PID[i]=$(kv_json_num "${F_STATS[i]}" pid || echo 0)
+    done
+  }
+  fleet_verbs() {
+    local i t l k p re='.* pid ([0-9]+)( |$)'
+    local -A owner=()
+    for i in 0 1 2; do
+      K_QP[i]=0 K_MR[i]=0
+      for t in /proc/"${F_PID[i]}"/task/*; do [[ -e $t ]] && owner[${t##*/}]=$i; done
+    done
+    F_OLD=""
+    while read -r l; do
+      k=${l%% *}
+      [[ ($k == link || $k == dev) && " $l" =~ $re ]] || continue
+      p=${BASH_REMATCH[1]}
+      if [[ -n ${owner[$p]:-} ]]; then
+        i=${owner[$p]}
+        if [[ $k == link ]]; then K_QP[i]=$((K_QP[i] + 1)); else K_MR[i]=$((K_MR[i] + 1)); fi
+      elif [[ " $l" == *" comm kvnode"* ]]; then
+        F_OLD+=" $p"
+      fi
+    done < <(printf 'resource show qp\nresource show mr\n' | rdma -b - 2>/dev/null)
+  }
+  # Node I: "QP MR fd RSS-KiB" (the kernel's count of its verbs objects, its
+  # fds but RocksDB's *.sst and WAL files, VmRSS), after fleet_stats and
+  # fleet_verbs. With FD=0, "-" for the fds (a `find` exec per node).
+  node_state() { # I [FD]
+    local rss fd="-"
+    rss=$(rss_kib "${F_PID[$1]}")
+    [[ ${2:-1} == 0 ]] || fd=$(fd_count "${F_PID[$1]}")
+    echo "${K_QP[$1]} ${K_MR[$1]} $fd ${rss%% *}"
+  }
+  # True when every node is as a roll must leave it; WAITED_FOR collects what
+  # differed meanwhile. $1: the clients each node must have.
+  fleet_steady() { # CLIENTS
+    local i a why=""
+    kv_cluster_serving 3 || why+=" serving"
+    fleet_stats
+    for i in 0 1 2; do
+      a=${F_STATS[i]}
+      [[ -n $a ]] || { why+=" ${KV_C_IDS[i]}:stats"; continue; }
+      [[ $a == *'"upgrade_in_progress":false'* ]] || why+=" ${KV_C_IDS[i]}:upgrading"
+      [[ $(kv_json_num "$a" clients) == "$1" ]] || why+=" ${KV_C_IDS[i]}:clients"
+      [[ -z $(children_of "${F_PID[i]}") ]] || why+=" ${KV_C_IDS[i]}:child"
+    done
+    fleet_verbs
+    for i in 0 1 2; do
+      [[ -z ${base_qp[$i]:-} || (${K_QP[i]} == "${base_qp[$i]}" && ${K_MR[i]} == "${base_mr[$i]}") ]] ||
+        why+=" ${KV_C_IDS[i]}:qp_mr"
+    done
+    [[ -z $F_OLD ]] || why+=" old_verbs"
+    [[ -z $why ]] && return 0
+    [[ " $WAITED_FOR " == *" ${why# } "* ]] || WAITED_FOR+="${WAITED_FOR:+,}${why# }"
+    return 1
+  }
+  counted_steady() { CHECKS=$((CHECKS + 1)); fleet_steady "$@"; }
+  await_fleet() { # WHAT CLIENTS; CHECKS: how many checks it took
+    WAITED_FOR="" CHECKS=0
+    kv_wait_for 120 counted_steady "$2" && return 0
+    local i s=""
+    fleet_stats
+    fleet_verbs
+    for i in 0 1 2; do
+      s+=" ${KV_C_IDS[i]}: $(node_state "$i") (QP MR fd RSS; before the first roll ${start_state[$i]:-?}), clients $(kv_json_num "${F_STATS[i]}" clients || echo '?');"
+    done
+    soak_fail "$1: the fleet not steady within 120 s (waited for: $WAITED_FOR):$s old processes' verbs objects (tids):${F_OLD:- none}; nodes $(roll_nodes)"
+  }
+  # Each node I must be on build-BUILD at generation gen_at[I] (+ 1 when its
+  # turn in this roll came).
+  expect_nodes() { # WHAT BUILD
+    local i a
+    for i in 0 1 2; do
+      a=$(kv_node_admin "$i" ping) || soak_fail "$1: node ${KV_C_IDS[i]} does not answer ping"
+      [[ $a == *"\"generation\":${gen_at[$i]},"* && $a == *"\"build_id\":\"build-$2\""* ]] ||
+        soak_fail "$1: node ${KV_C_IDS[i]} is not generation ${gen_at[$i]} on build-$2: $a"
+    done
+  }
+
+  c_churn_start() {
+    churns=$((churns + 1))
+    "$KV_KVLOAD" --cluster "$seeds" --auth_token_file "$KV_TOKEN" --workload A --clients 2 \
+      --threads 1 --depth 4 --keys 500 --key_size 24 --value_size 64 --duration 1000000 --verify \
+      --seed $((seed + churns)) --report "$work/churn.json" --connect_timeout_ms "$op_timeout" \
+      --timeout_ms "$op_timeout" >"$work/churn.out" 2>"$work/churn.log" &
+    churn_pid=$!
+  }
+  c_churn_stop() { # ROLL
+    local k v
+    check_load "$work/churn.log" "$churn_pid" "churn kvload $churns"
+    stop_load "$churn_pid"
+    churn_pid=""
+    ((LOAD_RC == 0)) || soak_fail "churn kvload $churns exited $LOAD_RC: $(tail -n 5 "$work/churn.log")"
+    for k in failed_ops verify_errors stale_reads ops; do
+      v=$(grep -o "\"$k\": *[0-9]*" "$work/churn.json" | head -n 1 | grep -o '[0-9]*$' || true)
+      if [[ $k == ops && ${v:-0} -eq 0 ]] || [[ $k != ops && ${v:-x} != 0 ]]; then
+        soak_fail "churn kvload $churns (around roll $1): $k ${v:-missing} in its report"
+      fi
+    done
+  }
+  # Seconds since T0_NS (or of MS ms) with one decimal.
+  lap() { # T0_NS [MS]
+    local ms=${2:-$((($(kv_now_ns) - $1) / 1000000))}
+    echo "$((ms / 1000)).$(((ms % 1000) / 100))"
+  }
+  every_node_has() { # N clients
+    local i
+    for i in 0 1 2; do [[ $(kv_node_stat "$i" clients) == "$1" ]] || return 1; done
+  }
+
+  c_summary() { # RC
+    ((summary_done)) && return 0
+    summary_done=1
+    local rc=$1 i wall
+    [[ -n $churn_pid ]] && stop_load "$churn_pid"
+    churn_pid=""
+    if [[ -n $load_pid ]]; then
+      stop_load "$load_pid"
+      load_pid=""
+      ((LOAD_RC == 0)) || rc=1
+    fi
+    wall=$((($(kv_now_ns) - t_start) / 1000000000))
+    for i in 0 1 2; do
+      [[ -n ${KV_C_IDS[i]:-} && -z ${end_state[$i]:-} ]] && end_state[$i]=$(fleet_stats; fleet_verbs; node_state "$i" 2>/dev/null || echo '? ? ? ?')
+    done
+    echo "================ soak summary (--cluster) ================"
+    echo "command:   deploy/bench/soak.sh --cluster --rolls $rolls --roll_fault_every $roll_fault_every --gate_s $gate_s --max_minutes $max_minutes --churn_every $churn_every --seed $seed --clients $clients --keys $keys --op_timeout_ms $op_timeout"
+    echo "result:    $( ((rc == 0)) && echo CLEAN || echo "FAILED${fail_msg:+: $fail_msg}")"
+    echo "rolls:     $rolls_done of $rolls done$( ((time_up)) && echo " (--max_minutes $max_minutes reached)") in $wall s wall; $node_ups node upgrades; $rollbacks rollbacks (each roll stopped, then --resume: $resumes)"
+    if ((${#roll_ms[@]})); then
+      printf '%s\n' "${roll_ms[@]}" | sort -n |
+        awk '{a[NR]=$1} END {printf "roll time: min %.1f s, median %.1f s, max %.1f s (kvctl runs; a faulted roll: both)\n", a[1]/1000, a[int((NR+1)/2)]/1000, a[NR]/1000}'
+    fi
+    echo "churn:     $churns short-lived kvloads joined and left"
+    echo "history:   ${linear_line:-not checked}"
+    echo "audit:     ${audit_line:-not run}"
+    for i in 0 1 2; do
+      [[ -n ${KV_C_IDS[i]:-} ]] || continue
+      echo "node ${KV_C_IDS[i]}:    QP MR fd RSS-KiB before the first roll: ${start_state[$i]:-?}; after the last: ${end_state[$i]:-?}"
+    done
+    echo "work dir:  $work$( ((keep || rc != 0)) && echo " (logs copied to ${summary_json%/*}/work)")"
+    mkdir -p "${summary_json%/*}"
+    python3 - "$work/report.json" "$summary_json" "$rc" "${fail_msg:-}" "$rolls" "$rolls_done" "$node_ups" \
+      "$rollbacks" "$resumes" "$churns" "$wall" "$time_up" "${hrc:-}" "$seed" "$gate_s" "$roll_fault_every" \
+      "$clients" "$keys" "$(printf '%s,' "${roll_ms[@]}")" "${audit_line:-}" "${linear_line:-}" \
+      "${start_state[0]:-}" "${start_state[1]:-}" "${start_state[2]:-}" \
+      "${end_state[0]:-}" "${end_state[1]:-}" "${end_state[2]:-}" <<'PY' || true
+import json, os, sys
+a = sys.argv[1:]
+rep = json.load(open(a[0])) if os.path.exists(a[0]) else None
+a = a[:19] + a[21:]  # the audit's and kvhistory's lines: a[19], a[20] before
+audit, history = sys.argv[20] or None, sys.argv[21] or None
+num = lambda s: [int(x) if x.isdigit() else None for x in s.split()]
+state = lambda s: dict(zip(("qp", "mr", "fd", "rss_kib"), num(s))) if s else None
+ms = [int(x) for x in a[18].split(",") if x]
+out = {
+    "mode": "cluster", "result": "CLEAN" if a[2] == "0" else "FAILED", "failure": a[3] or None,
+    "rolls": int(a[4]), "rolls_done": int(a[5]), "node_upgrades": int(a[6]),
+    "rollbacks": int(a[7]), "resumes": int(a[8]), "churns": int(a[9]), "wall_s": int(a[10]),
+    "max_minutes_reached": a[11] == "1",
+    "linearizable": None if a[12] == "" else a[12] == "0",
+    "seed": int(a[13]), "gate_s": int(a[14]), "roll_fault_every": int(a[15]),
+    "clients": int(a[16]), "keys": int(a[17]), "audit": audit, "history": history,
+    "roll_s": {"min": min(ms) / 1e3, "median": sorted(ms)[(len(ms) - 1) // 2] / 1e3,
+               "max": max(ms) / 1e3} if ms else None,
+    "nodes": {n: {"start": state(a[19 + i]), "end": state(a[22 + i])} for i, n in enumerate("abc")},
+}
+if rep:
+    out["kvload"] = {k: rep.get(k) for k in ("ops", "failed_ops", "verify_errors", "stale_reads",
+                                             "blackout_ms", "ops_per_s", "duration_s")}
+    out["kvload"]["client"] = rep.get("client")
+    print(f"kvload:    {rep['ops']} ops, failed {rep['failed_ops']}, verify errors "
+          f"{rep['verify_errors']}, stale {rep['stale_reads']}; longest gap {rep['blackout_ms']:.0f} ms")
+else:
+    out["kvload"] = None
+    print("kvload:    no report (kvload did not finish)")
+json.dump(out, open(a[1], "w"), indent=1)
+print(f"summary:   {a[1]}")
+PY
+    return 0
+  }
+  c_exit() {
+    local rc=$?
+    set +e
+    c_summary "$rc"
+    if ((keep || rc != 0)) && [[ -d $work ]]; then
+      # Regular files only (9p refuses the admin sockets); not the databases or etcd's data.
+      mkdir -p "${summary_json%/*}/work"
+      (cd "$work" && find . \( -path '*/db' -o -path ./etcd \) -prune -o -type f \
+        \( -name '*.log' -o -name '*.json' -o -name '*.out' -o -name '*.tsv' \) -print |
+        tar -cf - -T - 2>/dev/null) | tar -xf - -C "${summary_json%/*}/work"
+    fi
+    kv_cleanup "$rc"
+    exit "$rc"
+  }
+  trap c_exit EXIT
+
+  echo "== soak --cluster: $rolls rolls (gate $gate_s s), a failing binary every $roll_fault_every, churn every $churn_every, seed $seed, on $(kv_active_device)"
+  KV_NODE_BIN=$work/kvnode-a
+  kv_cluster_start 3
+  seeds=$(kv_cluster_seeds)
+  "$KV_KVLOAD" --cluster "$seeds" --auth_token_file "$KV_TOKEN" --workload A --clients "$clients" \
+    --threads "$(kv_load_threads)" --depth 4 --keys "$keys" --value_size 64 --duration 1000000 --verify \
+    --history "$work/history.tsv" --ack_log "$work/acks.log" --report "$work/report.json" \
+    --seed "$seed" --connect_timeout_ms 5000 --timeout_ms "$op_timeout" \
+    >"$work/kvload.out" 2>"$work/kvload.log" &
+  load_pid=$!
+  kv_wait_for 120 every_node_has "$clients" || soak_fail "kvload's $clients clients did not reach every node"
+  kv_cluster_more_puts 200 "kvload's start"
+  check_load "$work/kvload.log" "$load_pid" kvload
+  await_fleet "before the first roll" "$clients"
+  fleet_stats
+  fleet_verbs
+  for i in 0 1 2; do
+    gen_at[$i]=$(kv_json_num "${F_STATS[i]}" generation)
+    base_qp[$i]=${K_QP[i]} base_mr[$i]=${K_MR[i]}
+    start_state[$i]=$(node_state "$i")
+  done
+  kv_log "steady: $clients clients on every node; QP MR fd RSS-KiB a: ${start_state[0]}, b: ${start_state[1]}, c: ${start_state[2]}"
+
+  for ((r = 1; r <= rolls; r++)); do
+    if ((max_minutes > 0 && $(kv_now_ns) - t_start > max_minutes * 60000000000)); then
+      time_up=1
+      kv_log "--max_minutes $max_minutes reached after $rolls_done rolls: finishing"
+      break
+    fi
+    to=b
+    [[ $fleet == b ]] && to=a
+    note=""
+    churn=0
+    if ((churn_every > 0 && r % churn_every == 0)); then
+      churn=1
+      c_churn_start
+      # Odd rounds join before the roll; even rounds as it starts (they
+      # connect while the first node upgrades).
+      if ((churns % 2 == 1)); then
+        kv_wait_for 120 every_node_has $((clients + 2)) || soak_fail "roll $r: the churn kvload did not reach every node"
+        note+=", churn before"
+      else
+        note+=", churn joining during"
+      fi
+    fi
+    t0=$(kv_now_ns)
+    if ((roll_fault_every > 0 && r % roll_fault_every == 0)); then
+      vi=$(((r / roll_fault_every - 1) % 3))
+      victim=${KV_C_IDS[vi]}
+      make_bad_build "$victim" "$to"
+      roll_run "$r-bad" c --build_id "build-$to"
+      t_bad=$(kv_now_ns)
+      roll_expect 1 "roll $r (a binary that fails on $victim)"
+      grep -q "$victim: rolled back" "$ROLL_OUT" || { cat "$ROLL_OUT" >&2; soak_fail "roll $r: kvctl did not say $victim rolled back"; }
+      want=()
+      for i in 0 1 2; do
+        if ((i < vi)); then
+          want+=("${KV_C_IDS[i]}:done")
+        elif ((i == vi)); then
+          want+=("${KV_C_IDS[i]}:rolled_back")
+        else
+          want+=("${KV_C_IDS[i]}:pending")
+        fi
+      done
+      roll_plan_is stopped "${want[@]}" ||
+        soak_fail "roll $r: the plan is not stopped with ${want[*]}: $(kv_etcdctl get "/kvnode/$KV_CLUSTER/roll" --print-value-only)"
+      for i in 0 1 2; do
+        a=$(kv_node_admin "$i" ping) || soak_fail "roll $r: node ${KV_C_IDS[i]} does not answer ping after the stop"
+        if ((i < vi)); then
+          [[ $a == *"\"generation\":$((gen_at[$i] + 1)),"* && $a == *"\"build_id\":\"build-$to\""* ]] ||
+            soak_fail "roll $r: node ${KV_C_IDS[i]} (before $victim) not upgraded: $a"
+        else
+          [[ $a == *"\"generation\":${gen_at[$i]},"* && $a == *"\"build_id\":\"build-$fleet\""* ]] ||
+            soak_fail "roll $r: node ${KV_C_IDS[i]} ($( ((i == vi)) && echo "rolled back" || echo "after $victim")) not untouched: $a"
+        fi
+      done
+      rollbacks=$((rollbacks + 1))
+      kv_log "roll $r: $victim rolled back, the roll stopped: $(grep -m1 'rolled back' "$ROLL_OUT")"
+      cp "$work/kvnode-$to" "$work/kvnode-c" # the fix: the same path works on every node now
+      t1=$(kv_now_ns)
+      note+=", $victim rolled back (kvctl $(lap "$t0" $(((t_bad - t0) / 1000000))) s, checks $(lap "$t_bad") s)"
+      roll_run "$r-resume" - --resume
+      roll_expect 0 "roll $r: --resume after the fix"
+      resumes=$((resumes + 1))
+      note+=", then --resume $(lap "$t1") s"
+    else
+      roll_run "$r" "$to"
+      roll_expect 0 "roll $r to build-$to"
+    fi
+    ms=$((($(kv_now_ns) - t0) / 1000000))
+    roll_ms+=("$ms")
+    for i in 0 1 2; do gen_at[$i]=$((gen_at[$i] + 1)); done
+    expect_nodes "roll $r" "$to"
+    rolls_done=$r
+    node_ups=$((node_ups + 3))
+    fleet=$to
+    if ((churn)); then
+      t1=$(kv_now_ns)
+      kv_wait_for 120 every_node_has $((clients + 2)) || soak_fail "roll $r: the churn kvload's clients not on every node"
+      c_churn_stop "$r"
+      note+=", churn stopped in $(lap "$t1") s"
+    fi
+    check_load "$work/kvload.log" "$load_pid" kvload
+    t1=$(kv_now_ns)
+    await_fleet "roll $r" "$clients"
+    for i in 0 1 2; do end_state[$i]=$(node_state "$i"); done # the state after the last roll
+    # printf's %(...)T, not date: an exec costs under TCG.
+    printf '[soak %(%H:%M:%S)T] roll %d/%d: build-%s in %s s%s; steady in %s s (%d checks%s); generations %s %s %s; QP MR fd RSS-KiB a: %s, b: %s, c: %s\n' \
+      -1 "$r" "$rolls" "$to" "$(lap "$t0" "$ms")" "${note:+ (${note#, })}" "$(lap "$t1")" "$CHECKS" \
+      "${WAITED_FOR:+; waited for: $WAITED_FOR}" \
+      "${gen_at[0]}" "${gen_at[1]}" "${gen_at[2]}" "${end_state[0]}" "${end_state[1]}" "${end_state[2]}"
+  done
+
+  # --- the end: kvload's verdict, the audit, the history, a clean stop -------------
+  stop_load "$load_pid"
+  load_pid=""
+  ((LOAD_RC == 0)) || soak_fail "kvload exited $LOAD_RC: $(tail -n 5 "$work/kvload.log")"
+  python3 - "$work/report.json" <<'PY' || soak_fail "kvload report not clean"
+import json, sys
+r = json.load(open(sys.argv[1]))
+bad = {k: r[k] for k in ("failed_ops", "verify_errors", "stale_reads") if r[k]}
+if bad:
+    sys.exit(f"kvload: {bad}")
+PY
+  rc=0
+  "$KV_KVLOAD" --audit "$work/acks.log" --cluster "$seeds" --auth_token_file "$KV_TOKEN" \
+    --report "$work/audit.json" >"$work/audit.log" 2>&1 || rc=$?
+  audit_line=$(grep -a 'audit of' "$work/audit.log" | head -n 1 | sed 's/^audit of [^:]*: //')
+  ((rc == 0)) || soak_fail "ack-log audit failed (exit $rc): $(tail -n 3 "$work/audit.log")"
+  kv_log "ack-log audit passed: $audit_line"
+  hrc=0
+  "$KV_BUILD/tools/kvhistory" "$work/history.tsv" >"$work/kvhistory.log" 2>&1 || hrc=$?
+  linear_line=$(grep -a '^history ' "$work/kvhistory.log" | tail -n 1 | sed 's/^history [^:]*: //')
+  ((hrc == 0)) || soak_fail "kvhistory exited $hrc: $(grep -av ': linearizable (' "$work/kvhistory.log" | tail -n 5)"
+  kv_log "kvhistory: $linear_line"
+  kv_wait_for 30 every_node_has 0 || soak_fail "clients did not leave every node"
+  kv_cluster_stop
+  left=$({ rdma resource show qp; rdma resource show mr; } 2>/dev/null | grep -c ' comm kvnode' || true)
+  ((left == 0)) || soak_fail "kernel still lists $left kvnode QPs/MRs after every node's stop"
+  exit 0
+fi
 
 summary() {
   ((summary_done)) && return 0
