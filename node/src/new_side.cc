@@ -438,6 +438,11 @@ void NewSideTail::Wait() {
           LOG(WARNING) << "upgrade: sd_notify: " << s;
         }
       }
+      // This process alone serves every client now: the member says so
+      // (a fleet roll moves on), while RocksDB's open below is internal
+      // (writes go to the journal meanwhile; a new upgrade is refused
+      // until it is done).
+      if (cluster_ != nullptr && !stopping()) cluster_->UpgradeFinished();
       // Its exit released RocksDB's lock if it never said Released.
       OpenDb();
     }
@@ -448,8 +453,10 @@ void NewSideTail::Wait() {
   }
   (void)RemoveHandoffHeader(header_name_);
   server_->SetUpgradeInProgress(false);
-  // Stopping, the shutdown has said "draining" already.
-  if (cluster_ != nullptr && !stopping()) cluster_->UpgradeFinished();
+  // Alone (O died before HandOver), the RocksDB open came first and the
+  // member is "serving" only now. Stopping, the shutdown has said
+  // "draining" already.
+  if (cluster_ != nullptr && alone_ && !stopping()) cluster_->UpgradeFinished();
   if (busy_ != nullptr) busy_->store(false);
   // One line with every phase (ms), O's included (they came with Gone): what
   // the metrics say, kept in the log for each upgrade, not just the last.

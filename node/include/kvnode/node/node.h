@@ -78,7 +78,8 @@ class ClusterMember {
                                const std::string& old_build, const std::string& endpoint) = 0;
   // N, Owned sent: the member key names this process and `generation`.
   virtual void TookOver(uint64_t generation) = 0;
-  // N: the old process is gone: state "serving".
+  // N: the old process is gone (before N's RocksDB open, which is internal:
+  // N serves every client from here): state "serving".
   virtual void UpgradeFinished() = 0;
   // SIGTERM/SIGINT is stopping the node: state "draining" (nothing once the
   // lease was handed off).
