@@ -29,6 +29,9 @@
 #   3.  rdma_bench (registration per GiB, batch deregistration), 3 runs;
 #   4.  Redis on loopback TCP: redis-benchmark GET/SET at each size, 1 and 32
 #       connections;
+#   5.  a restart after kill -9 against a live upgrade (bench-restart.sh), the
+#       cluster's costs (bench-cluster.sh), a fleet roll against single live
+#       upgrades (bench-roll.sh);
 #   1b. the same as 1a at 64 B and 4 KiB, and the A/B/C x uniform/zipfian
 #       grid at 64 B, depth 8.
 # Then, after the session, part 2 again with kvload on another machine (the
@@ -36,7 +39,7 @@
 # in the one guest kvload shares the node's two vCPUs. --no-two-host skips
 # it; so does a host with a verbs device of its own (it has one machine).
 # It is outside --budget: at most 12 minutes, twice if the guests' link died.
-# --budget (default 1320 s = 22 min) bounds the session: what would start
+# --budget (default 2100 s = 35 min) bounds the session: what would start
 # after it is skipped and listed as cut in BENCHMARKS.md, so the command
 # always finishes on its own. Raw output stays in DIR (default
 # build-bench/bench/all-<date>); `deploy/bench/plot-bench.py json DIR --out
@@ -51,7 +54,7 @@ cd "$repo"
 source deploy/lib.sh
 
 build=${KVNODE_BUILD_DIR:-$repo/build-bench}
-budget=1320 # 1140 before part 1c (~3 min)
+budget=2100 # 1320 before part 5 (~12 min), 1140 before part 1c (~3 min)
 out=""
 md=$repo/docs/BENCHMARKS.md
 json=""
@@ -107,6 +110,14 @@ PUT_S=3
 # UPGRADE_MAX_S loses 1e6, never 1e5.
 UPGRADE_KEYS="100000:3 1000000:1"
 UPGRADE_MAX_S=540            # the upgrade part is cut there (what finished is reported)
+# 5: the cluster's scripts, each skipped unless its estimate fits the budget
+# and cut at twice it. bench-restart at 1e5 keys (kvfill preload) and three
+# trials of each mode; bench-cluster and bench-roll at their defaults.
+RESTART_KEYS=100000
+CLUSTER_TRIALS=3
+RESTART_S=240
+CLUSTER_S=240
+ROLL_S=360
 # The same part with the clients on another machine: two guests of one vCPU
 # each, 2 GiB each. On an idle host (2026-12-05) the A and C runs at
 # 1e5:3 and 1e6:3 took about 5 minutes, without the naive restarts.
@@ -116,6 +127,7 @@ REDIS_SIZES="${SIZES_A//,/ } ${SIZES_B//,/ }"
 if ((quick)); then
   SIZES_A=16 SIZES_B=64 DEPTHS=1,8 REPS=1 RDMA_RUNS=1 REDIS_SIZES=16
   UPGRADE_KEYS="2000:3 5000:1" UPGRADE_MAX_S=200 UPGRADE_TWO_HOST_MAX_S=400 PUT_S=1
+  RESTART_KEYS=5000 CLUSTER_TRIALS=1
 fi
 
 log() { echo "[bench-all $(date +%H:%M:%S)] $*" >&2; }
@@ -252,6 +264,29 @@ if ((inner)); then
   kill "$rpid" 2>/dev/null || true
   wait "$rpid" 2>/dev/null || true
 
+  # 5. The cluster's figures, each by its own script at a size that fits:
+  # a restart after kill -9 against a live upgrade (bench-restart.sh), what
+  # the cluster costs (bench-cluster.sh), a fleet roll against single live
+  # upgrades (bench-roll.sh). JSON under DIR/cluster.
+  log "5. restart after a crash, the cluster, the fleet roll"
+  mkdir -p "$out/cluster"
+  cluster_part() { # NAME SECONDS CMD...: skipped unless SECONDS fit, cut at twice that
+    local name=$1 est=$2 rc=0 t0
+    shift 2
+    if ! in_budget "$est"; then skip "cluster part $name"; return 0; fi
+    t0=$(now_ms)
+    timeout -k 10 $((est * 2)) "$@" >"$out/cluster/$name.log" 2>&1 || rc=$?
+    step "cluster part $name" "$t0"
+    ((rc == 0)) || log "cluster part $name exited $rc (continuing)"
+    record "{\"kind\":\"cluster_run\",\"name\":\"$name\",\"rc\":$rc,\"log\":\"cluster/$name.log\"}"
+  }
+  cluster_part restart "$RESTART_S" env OUT="$out/cluster/bench-restart.json" \
+    KEYS="$RESTART_KEYS" TRIALS="$CLUSTER_TRIALS" deploy/bench/bench-restart.sh
+  cluster_part cluster "$CLUSTER_S" env BENCH_OUT="$out/cluster/bench-cluster" \
+    BENCH_REPS="$CLUSTER_TRIALS" deploy/bench/bench-cluster.sh --inner
+  cluster_part roll "$ROLL_S" env BENCH_OUT="$out/cluster/bench-roll" \
+    BENCH_TRIALS="$CLUSTER_TRIALS" deploy/bench/bench-roll.sh --inner
+
   # 1b. The other sizes and the A/B/C x uniform/zipfian grid, in what is left.
   if in_budget 120; then
     log "1b. kvnode vs perftest: ${SIZES_B} B, workload grid at $MIX"
@@ -278,7 +313,8 @@ if ((do_build)); then
   deploy/install-deps.sh
   log "building (Release) in $build"
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
-  cmake --build "$build" -j 2 --target kvnode kvload kvctl kvfill kvnode_admin_request rdma_bench
+  cmake --build "$build" -j 2 --target kvnode kvload kvctl kvfill kvnode_admin_request rdma_bench \
+    kvhistory kvnode_key_owner kvnode_map_probe
 fi
 {
   echo "command=$cmdline"
