@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "absl/strings/str_cat.h"
+#include "json_fields.h"
 #include "kvnode/base/errno.h"
 #include "nlohmann/json.hpp"
 
@@ -17,39 +18,11 @@ using nlohmann::json;
 constexpr std::array<std::string_view, 4> kStateNames = {"starting", "serving", "draining",
                                                          "upgrading"};
 
-struct Reader {
-  const json& obj;
-  std::string_view key;
-
-  absl::Status Bad(std::string_view what) const {
-    return absl::InvalidArgumentError(absl::StrCat("member at ", Av(key), ": ", Av(what)));
-  }
-  absl::Status String(const char* name, std::string* out) const {
-    auto it = obj.find(name);
-    if (it == obj.end() || !it->is_string()) {
-      return Bad(absl::StrCat("field '", name, "' must be a string"));
-    }
-    *out = it->get<std::string>();
-    if (out->size() > kMaxMemberFieldSize) {
-      return Bad(absl::StrCat("field '", name, "' is longer than ", kMaxMemberFieldSize));
-    }
-    return absl::OkStatus();
-  }
-  absl::Status Uint(const char* name, uint64_t* out) const {
-    auto it = obj.find(name);
-    if (it == obj.end() || !it->is_number_unsigned()) {
-      return Bad(absl::StrCat("field '", name, "' must be a non-negative integer"));
-    }
-    *out = it->get<uint64_t>();
-    return absl::OkStatus();
-  }
-};
-
 // "health" and "roll": absent in a member of an older build.
-absl::Status ReadOptional(const Reader& r, Member* m) {
+absl::Status ReadOptional(const JsonFields& r, Member* m) {
   if (auto it = r.obj.find("health"); it != r.obj.end()) {
     if (!it->is_object()) return r.Bad("field 'health' must be an object");
-    Reader h{*it, r.key};
+    JsonFields h = r.Nested(*it);
     MemberHealth health;
     for (auto s : {h.Uint("rejected", &health.rejected), h.Uint("qp_errors", &health.qp_errors),
                    h.Uint("upgrade_failures", &health.upgrade_failures)}) {
@@ -59,7 +32,7 @@ absl::Status ReadOptional(const Reader& r, Member* m) {
   }
   if (auto it = r.obj.find("roll"); it != r.obj.end()) {
     if (!it->is_object()) return r.Bad("field 'roll' must be an object");
-    Reader rr{*it, r.key};
+    JsonFields rr = r.Nested(*it);
     RollReport roll;
     for (auto s : {rr.String("id", &roll.id), rr.Uint("attempt", &roll.attempt),
                    rr.String("outcome", &roll.outcome), rr.String("reason", &roll.reason)}) {
@@ -70,7 +43,7 @@ absl::Status ReadOptional(const Reader& r, Member* m) {
   return absl::OkStatus();
 }
 
-absl::Status ReadFields(const Reader& r, Member* m) {
+absl::Status ReadFields(const JsonFields& r, Member* m) {
   std::string state;
   uint64_t pid = 0;
   for (auto s : {r.String("node_id", &m->node_id), r.String("endpoint", &m->endpoint),
@@ -131,7 +104,7 @@ absl::StatusOr<Member> DecodeMemberJson(std::string_view text, std::string_view 
                                                    kMaxMemberJsonSize));
   }
   json obj = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
-  Reader r{obj, key};
+  JsonFields r{obj, "member at", key, kMaxMemberFieldSize};
   if (obj.is_discarded()) return r.Bad("not valid JSON");
   if (!obj.is_object()) return r.Bad("not a JSON object");
   Member m;

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "json_fields.h"
 #include "kvnode/base/errno.h"
 #include "kvnode/proto/shard_map.h"
 #include "nlohmann/json.hpp"
@@ -29,36 +30,9 @@ std::optional<E> ParseName(const std::array<std::string_view, N>& names, std::st
   return std::nullopt;
 }
 
-// A plan's fields, read with the reason of the first that is wrong.
-struct Reader {
-  const json& obj;
-  std::string_view key;
-
-  absl::Status Bad(std::string_view what) const {
-    return absl::InvalidArgumentError(absl::StrCat("roll plan at ", Av(key), ": ", Av(what)));
-  }
-  absl::Status String(const char* name, std::string* out) const {
-    auto it = obj.find(name);
-    if (it == obj.end() || !it->is_string()) {
-      return Bad(absl::StrCat("field '", name, "' must be a string"));
-    }
-    *out = it->get<std::string>();
-    if (out->size() > 4096) return Bad(absl::StrCat("field '", name, "' is longer than 4096"));
-    return absl::OkStatus();
-  }
-  absl::Status Uint(const char* name, uint64_t* out) const {
-    auto it = obj.find(name);
-    if (it == obj.end() || !it->is_number_unsigned()) {
-      return Bad(absl::StrCat("field '", name, "' must be a non-negative integer"));
-    }
-    *out = it->get<uint64_t>();
-    return absl::OkStatus();
-  }
-};
-
-absl::StatusOr<RollNode> ReadNode(const Reader& plan, const json& j) {
+absl::StatusOr<RollNode> ReadNode(const JsonFields& plan, const json& j) {
   if (!j.is_object()) return plan.Bad("an entry of 'nodes' is not an object");
-  Reader r{j, plan.key};
+  JsonFields r = plan.Nested(j);
   RollNode n;
   std::string state;
   uint64_t started = 0, ended = 0;
@@ -80,7 +54,7 @@ absl::StatusOr<RollNode> ReadNode(const Reader& plan, const json& j) {
   return n;
 }
 
-absl::Status ReadPlan(const Reader& r, RollPlan* p) {
+absl::Status ReadPlan(const JsonFields& r, RollPlan* p) {
   std::string state;
   uint64_t max_unavailable = 0, gate_s = 0;
   for (auto s :
@@ -162,7 +136,7 @@ absl::StatusOr<RollPlan> DecodeRollJson(std::string_view text, std::string_view 
                                                    kMaxRollJsonSize));
   }
   json obj = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
-  Reader r{obj, key};
+  JsonFields r{obj, "roll plan at", key, 4096};
   if (obj.is_discarded()) return r.Bad("not valid JSON");
   if (!obj.is_object()) return r.Bad("not a JSON object");
   RollPlan plan;

@@ -49,11 +49,6 @@ map=$(kv_etcdctl get "/kvnode/$KV_CLUSTER/map" --print-value-only)
 [[ $map == *'"epoch":1,'* ]] || kv_fail "the map changed across the outage: $map"
 kv_cluster_more_puts 100 "etcd's return"
 kv_cluster_load_stop strict
-python3 - "$KV_LOAD_REPORT" <<'PY' || kv_fail "kvload's report"
-import json, sys
-r = json.load(open(sys.argv[1]))
-assert r["failed_ops"] == 0 and r["verify_errors"] == 0 and r["stale_reads"] == 0, r
-print(f"kvload: {r['ops']} ops, 0 failed, 0 verify errors, longest gap {r['blackout_ms']} ms")
-PY
+kv_load_report_clean
 kv_cluster_stop
 echo "cluster_etcd_down: PASS"

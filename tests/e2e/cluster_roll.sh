@@ -67,12 +67,7 @@ kv_wait_for 30 roll_no_old_verbs_objects || kv_fail "verbs objects of an old pro
 kv_ok "no verbs object of an old process is left"
 
 kv_cluster_load_stop strict
-python3 - "$KV_LOAD_REPORT" <<'PY' || kv_fail "kvload's report"
-import json, sys
-r = json.load(open(sys.argv[1]))
-assert r["failed_ops"] == 0 and r["verify_errors"] == 0 and r["stale_reads"] == 0, r
-print(f"kvload: {r['ops']} ops, 0 failed, 0 verify errors, longest gap {r['blackout_ms']} ms")
-PY
+kv_load_report_clean
 kv_history_check "$h"
 kv_cluster_stop
 echo "cluster_roll: PASS"

@@ -581,6 +581,17 @@ kv_cluster_load_stop() { # strict|lenient
   ! grep -a -- "--history:" "$KV_LOAD_LOG" >&2 || kv_fail "kvload's history was not all written"
 }
 
+# kvload's report REPORT [KV_LOAD_REPORT]: zero failed operations, verify
+# errors and stale reads; prints the ops and the longest gap.
+kv_load_report_clean() { # [REPORT]
+  python3 - "${1:-$KV_LOAD_REPORT}" <<'PY' || kv_fail "kvload's report ${1:-$KV_LOAD_REPORT}"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["failed_ops"] == 0 and r["verify_errors"] == 0 and r["stale_reads"] == 0, r
+print(f"kvload: {r['ops']} ops, 0 failed, 0 verify errors, longest gap {r['blackout_ms']} ms")
+PY
+}
+
 # kvhistory on HISTORY (kvload --history): linearizable, and not vacuously:
 # every kind of answer in WANT (default PUT ok, GET ok, DELETE ok) is in it.
 KV_KVHISTORY=${KV_KVHISTORY:-$KV_BUILD/tools/kvhistory}
