@@ -3,7 +3,7 @@
 
 tests/deploy/data/raw-run/ is a small run directory as bench-all leaves it
 (runs.jsonl, perftest logs, kvload reports, redis-benchmark CSV, rdma_bench
-and bench-upgrade.sh output); tests/deploy/data/raw-run.json is what
+and bench-upgrade.sh output, the cluster part's JSONs); tests/deploy/data/raw-run.json is what
 `plot-bench.py json` must make of it, byte for byte. The report is then
 generated from that JSON, so a parser or an extraction change that breaks
 bench-all's last step fails here rather than after a 20-minute run.
