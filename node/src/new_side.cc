@@ -391,6 +391,17 @@ void NewSideTail::Wait() {
     }
     const absl::Time end = started_ + old_exit_deadline;
     bool gone = false;
+    // Every client is on this process once O has released RocksDB (it
+    // moved them first) or is gone: the member says "serving" then, before
+    // this process's RocksDB open, which clients do not see (writes go to
+    // the journal meanwhile; a new upgrade is refused until it is done).
+    // A fleet roll moves on to the next node at that point.
+    bool serving = false;
+    auto say_serving = [&] {
+      if (serving || cluster_ == nullptr || stopping()) return;
+      serving = true;
+      cluster_->UpgradeFinished();
+    };
     for (;;) {
       absl::StatusOr<ReceivedMessage> m = channel_->Receive(end);
       if (!m.ok()) {
@@ -409,6 +420,7 @@ void NewSideTail::Wait() {
       if (const Released* r = std::get_if<Released>(&m->message)) {
         LOG(INFO) << "upgrade: the old process released RocksDB (generation " << r->generation
                   << ")";
+        say_serving();
         OpenDb();
         continue;
       }
@@ -438,11 +450,7 @@ void NewSideTail::Wait() {
           LOG(WARNING) << "upgrade: sd_notify: " << s;
         }
       }
-      // This process alone serves every client now: the member says so
-      // (a fleet roll moves on), while RocksDB's open below is internal
-      // (writes go to the journal meanwhile; a new upgrade is refused
-      // until it is done).
-      if (cluster_ != nullptr && !stopping()) cluster_->UpgradeFinished();
+      say_serving();
       // Its exit released RocksDB's lock if it never said Released.
       OpenDb();
     }

@@ -78,8 +78,9 @@ class ClusterMember {
                                const std::string& old_build, const std::string& endpoint) = 0;
   // N, Owned sent: the member key names this process and `generation`.
   virtual void TookOver(uint64_t generation) = 0;
-  // N: the old process is gone (before N's RocksDB open, which is internal:
-  // N serves every client from here): state "serving".
+  // N: the old process released RocksDB (it moved every client first) or is
+  // gone, before N's own RocksDB open, which clients do not see: state
+  // "serving".
   virtual void UpgradeFinished() = 0;
   // SIGTERM/SIGINT is stopping the node: state "draining" (nothing once the
   // lease was handed off).
