@@ -118,6 +118,30 @@ void PrintTable(const cluster::RollSnapshot& s) {
   }
 }
 
+// The plan a roll would write, and what it would do with each node now.
+void PrintDryRun(const cluster::RollSnapshot& s) {
+  const cluster::RollPlan& p = s.plan;
+  std::printf("dry run (nothing written): a roll to %s, build '%s', in this order:\n",
+              p.binary.c_str(), p.build_id.c_str());
+  std::string down;
+  for (const cluster::RollNode& n : p.nodes) {
+    auto it = s.members.find(n.node_id);
+    std::string what;
+    if (it == s.members.end()) {
+      what = "down: the roll would stop before its first intent";
+      down += " " + n.node_id;
+    } else if (it->second.build_id == p.build_id) {
+      what = "already on the build: done without an upgrade";
+    } else {
+      what = absl::StrCat("live upgrade from generation ", it->second.generation, ", build '",
+                          it->second.build_id, "'");
+    }
+    std::printf("  %-16s %s\n", n.node_id.c_str(), what.c_str());
+  }
+  std::printf("then %u s of health gate after each %u node(s)%s\n", p.gate_s, p.max_unavailable,
+              down.empty() ? "" : absl::StrCat("; not now: down:", down).c_str());
+}
+
 int ExitCode(cluster::RollResult r) {
   switch (r) {
     case cluster::RollResult::kDone:
@@ -185,10 +209,10 @@ int RollCommand(cluster::EtcdClient& etcd, const std::string& cluster_name) {
     std::fflush(stdout);
   };
   cluster::RollOutcome out = cluster::RunRoll(etcd, o, progress);
-  if (!out.last.plan.roll_id.empty()) PrintTable(out.last);
   if (o.mode == cluster::RollMode::kDryRun && out.result == cluster::RollResult::kDone) {
-    std::printf("dry run: nothing written; nodes already on build '%s' are done at once\n",
-                o.build_id.c_str());
+    PrintDryRun(out.last);
+  } else if (!out.last.plan.roll_id.empty()) {
+    PrintTable(out.last);
   }
   if (!out.message.empty()) std::fprintf(stderr, "kvctl cluster roll: %s\n", out.message.c_str());
   return ExitCode(out.result);
