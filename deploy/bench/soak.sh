@@ -405,6 +405,53 @@ stop_load() { # PID: SIGINT, wait with a deadline; sets LOAD_RC
   wait "$pid" || LOAD_RC=$?
 }
 
+# A second, short-lived kvload (2 clients, --verify, its own keys) beside
+# the main one: CHURN_DIR holds its files, CHURN_TARGET says where it goes
+# (--server ADDR or --cluster SEEDS). Its report must be clean too.
+churn_start() {
+  churns=$((churns + 1))
+  "$KV_KVLOAD" "${CHURN_TARGET[@]}" --auth_token_file "$KV_TOKEN" --workload A --clients 2 \
+    --threads 1 --depth 4 --keys 500 --key_size 24 --value_size 64 --duration 1000000 --verify \
+    --seed $((seed + churns)) --report "$CHURN_DIR/churn.json" --connect_timeout_ms "$op_timeout" \
+    --timeout_ms "$op_timeout" >"$CHURN_DIR/churn.out" 2>"$CHURN_DIR/churn.log" &
+  churn_pid=$!
+}
+churn_stop() { # AROUND: what it ran beside ("upgrade 3", "roll 4")
+  check_load "$CHURN_DIR/churn.log" "$churn_pid" "churn kvload $churns"
+  stop_load "$churn_pid"
+  churn_pid=""
+  ((LOAD_RC == 0)) || soak_fail "churn kvload $churns exited $LOAD_RC: $(tail -n 5 "$CHURN_DIR/churn.log")"
+  # grep, not python: a python start reads its modules over the guest's 9p
+  # root and took minutes on a loaded host.
+  local k v
+  for k in failed_ops verify_errors stale_reads ops; do
+    v=$(grep -o "\"$k\": *[0-9]*" "$CHURN_DIR/churn.json" | head -n 1 | grep -o '[0-9]*$' || true)
+    if [[ $k == ops && ${v:-0} -eq 0 ]] || [[ $k != ops && ${v:-x} != 0 ]]; then
+      soak_fail "churn kvload $churns (around $1): $k ${v:-missing} in its report"
+    fi
+  done
+}
+
+# The end of a run: the main kvload's report clean, then every write in its
+# ack log audited against the node(s) (TARGET: --server ADDR or --cluster
+# SEEDS); sets audit_line.
+final_verdict() { # DIR ACKS TARGET...
+  local dir=$1 acks=$2 rc=0
+  shift 2
+  python3 - "$dir/report.json" <<'PY' || soak_fail "kvload report not clean"
+import json, sys
+r = json.load(open(sys.argv[1]))
+bad = {k: r[k] for k in ("failed_ops", "verify_errors", "stale_reads") if r[k]}
+if bad:
+    sys.exit(f"kvload: {bad}")
+PY
+  "$KV_KVLOAD" --audit "$acks" "$@" --auth_token_file "$KV_TOKEN" \
+    --report "$dir/audit.json" >"$dir/audit.log" 2>&1 || rc=$?
+  audit_line=$(grep -a 'audit of' "$dir/audit.log" | head -n 1 | sed 's/^audit of [^:]*: //')
+  ((rc == 0)) || soak_fail "ack-log audit failed (exit $rc): $(tail -n 3 "$dir/audit.log")"
+  kv_log "ack-log audit passed: $audit_line"
+}
+
 # --- --cluster: fleet rolls of three nodes -----------------------------------------
 if ((cluster)); then
   source tests/e2e/roll_lib.sh
@@ -413,29 +460,10 @@ if ((cluster)); then
   kv_test_dir
   work=$KV_TEST_DIR
 
-  # Two wrapper builds like soak_make_builds (build id, --upgrade_binary the
-  # other one; the flags each upgrade appends collapsed, so the argv does not
-  # grow over many rolls), and kvnode-c: the roll's build, except that it
-  # refuses to start as one node (written before each faulted roll).
-  for b in a b; do
-    o=b
-    [[ $b == b ]] && o=a
-    cat >"$work/kvnode-$b" <<EOF
-#!/bin/bash
-args=() listen=()
-while ((\$#)); do
-  case \$1 in
-    --build_id=* | --upgrade_binary=*) ;;
-    --listen=*) listen=("\$1") ;;
-    --listen) listen=("--listen=\$2"); shift ;;
-    *) args+=("\$1") ;;
-  esac
-  shift
-done
-exec "$KV_BUILD/node/kvnode" "\${args[@]}" "\${listen[@]}" --build_id=build-$b --upgrade_binary="$work/kvnode-$o"
-EOF
-    chmod 755 "$work/kvnode-$b"
-  done
+  # The single-node soak's two wrapper builds (its fault file stays empty:
+  # a roll's fault is kvnode-c), and kvnode-c: the roll's build, except that
+  # it refuses to start as one node (written before each faulted roll).
+  soak_make_builds "$work"
   make_bad_build() { # VICTIM BUILD
     cat >"$work/kvnode-c" <<EOF
 #!/bin/bash
@@ -549,27 +577,6 @@ EOF
     done
   }
 
-  c_churn_start() {
-    churns=$((churns + 1))
-    "$KV_KVLOAD" --cluster "$seeds" --auth_token_file "$KV_TOKEN" --workload A --clients 2 \
-      --threads 1 --depth 4 --keys 500 --key_size 24 --value_size 64 --duration 1000000 --verify \
-      --seed $((seed + churns)) --report "$work/churn.json" --connect_timeout_ms "$op_timeout" \
-      --timeout_ms "$op_timeout" >"$work/churn.out" 2>"$work/churn.log" &
-    churn_pid=$!
-  }
-  c_churn_stop() { # ROLL
-    local k v
-    check_load "$work/churn.log" "$churn_pid" "churn kvload $churns"
-    stop_load "$churn_pid"
-    churn_pid=""
-    ((LOAD_RC == 0)) || soak_fail "churn kvload $churns exited $LOAD_RC: $(tail -n 5 "$work/churn.log")"
-    for k in failed_ops verify_errors stale_reads ops; do
-      v=$(grep -o "\"$k\": *[0-9]*" "$work/churn.json" | head -n 1 | grep -o '[0-9]*$' || true)
-      if [[ $k == ops && ${v:-0} -eq 0 ]] || [[ $k != ops && ${v:-x} != 0 ]]; then
-        soak_fail "churn kvload $churns (around roll $1): $k ${v:-missing} in its report"
-      fi
-    done
-  }
   # Seconds since T0_NS (or of MS ms) with one decimal.
   lap() { # T0_NS [MS]
     local ms=${2:-$((($(kv_now_ns) - $1) / 1000000))}
@@ -685,6 +692,7 @@ PY
   KV_NODE_BIN=$work/kvnode-a
   kv_cluster_start 3
   seeds=$(kv_cluster_seeds)
+  CHURN_DIR=$work CHURN_TARGET=(--cluster "$seeds")
   # One thread (its clients polled in turn): the guest's other vCPU is left to
   # three nodes, their upgrades and this script's checks.
   "$KV_KVLOAD" --cluster "$seeds" --auth_token_file "$KV_TOKEN" --workload A --clients "$clients" \
@@ -718,7 +726,7 @@ PY
     churn=0
     if ((churn_every > 0 && r % churn_every == 0)); then
       churn=1
-      c_churn_start
+      churn_start
       # Odd rounds join before the roll; even rounds as it starts (they
       # connect while the first node upgrades).
       if ((churns % 2 == 1)); then
@@ -783,7 +791,7 @@ PY
     if ((churn)); then
       t1=$(kv_now_ns)
       kv_wait_for 120 every_node_has $((clients + 2)) || soak_fail "roll $r: the churn kvload's clients not on every node"
-      c_churn_stop "$r"
+      churn_stop "roll $r"
       note+=", churn stopped in $(lap "$t1") s"
     fi
     check_load "$work/kvload.log" "$load_pid" kvload
@@ -802,19 +810,7 @@ PY
   stop_load "$load_pid"
   load_pid=""
   ((LOAD_RC == 0)) || soak_fail "kvload exited $LOAD_RC: $(tail -n 5 "$work/kvload.log")"
-  python3 - "$work/report.json" <<'PY' || soak_fail "kvload report not clean"
-import json, sys
-r = json.load(open(sys.argv[1]))
-bad = {k: r[k] for k in ("failed_ops", "verify_errors", "stale_reads") if r[k]}
-if bad:
-    sys.exit(f"kvload: {bad}")
-PY
-  rc=0
-  "$KV_KVLOAD" --audit "$work/acks.log" --cluster "$seeds" --auth_token_file "$KV_TOKEN" \
-    --report "$work/audit.json" >"$work/audit.log" 2>&1 || rc=$?
-  audit_line=$(grep -a 'audit of' "$work/audit.log" | head -n 1 | sed 's/^audit of [^:]*: //')
-  ((rc == 0)) || soak_fail "ack-log audit failed (exit $rc): $(tail -n 3 "$work/audit.log")"
-  kv_log "ack-log audit passed: $audit_line"
+  final_verdict "$work" "$work/acks.log" --cluster "$seeds"
   hrc=0
   "$KV_BUILD/tools/kvhistory" "$work/history.tsv" >"$work/kvhistory.log" 2>&1 || hrc=$?
   linear_line=$(grep -a '^history ' "$work/kvhistory.log" | tail -n 1 | sed 's/^history [^:]*: //')
@@ -909,6 +905,7 @@ KV_NODE_BIN=$bins/kvnode-a
 # sooner than with the defaults, still far above a healthy N under TCG.
 kv_start_node "${UP_NODE_FLAGS[@]}" --upgrade_ready_deadline_ms=20000 --upgrade_owned_deadline_ms=20000
 UP_FIRST_PID=$KV_PID
+CHURN_DIR=$KV_DIR CHURN_TARGET=(--server "$KV_ADDR")
 
 acks="$KV_DIR/acks.log"
 "$KV_KVLOAD" --server "$KV_ADDR" --auth_token_file "$KV_TOKEN" --workload A --clients "$clients" \
@@ -953,31 +950,6 @@ fault_attempt() {
   ((ms > ${cell_ms[$cell]:-0})) && cell_ms[$cell]=$ms
   fault_cells+=" $cell"
   kv_log "fault $cell: rolled back in $ms ms"
-}
-
-churn_start() {
-  churns=$((churns + 1))
-  "$KV_KVLOAD" --server "$KV_ADDR" --auth_token_file "$KV_TOKEN" --workload A --clients 2 \
-    --threads 1 --depth 4 --keys 500 --key_size 24 --value_size 64 --duration 1000000 --verify \
-    --seed $((seed + churns)) --report "$KV_DIR/churn.json" --connect_timeout_ms "$op_timeout" \
-    --timeout_ms "$op_timeout" >"$KV_DIR/churn.out" 2>"$KV_DIR/churn.log" &
-  churn_pid=$!
-}
-churn_stop() {
-  local i=$1
-  check_load "$KV_DIR/churn.log" "$churn_pid" "churn kvload $churns"
-  stop_load "$churn_pid"
-  churn_pid=""
-  ((LOAD_RC == 0)) || soak_fail "churn kvload $churns exited $LOAD_RC: $(tail -n 5 "$KV_DIR/churn.log")"
-  # grep, not python: a python start reads its modules over the guest's 9p
-  # root and took minutes on a loaded host.
-  local k v
-  for k in failed_ops verify_errors stale_reads ops; do
-    v=$(grep -o "\"$k\": *[0-9]*" "$KV_DIR/churn.json" | head -n 1 | grep -o '[0-9]*$' || true)
-    if [[ $k == ops && ${v:-0} -eq 0 ]] || [[ $k != ops && ${v:-x} != 0 ]]; then
-      soak_fail "churn kvload $churns (around upgrade $i): $k ${v:-missing} in its report"
-    fi
-  done
 }
 
 time_up=0
@@ -1031,7 +1003,7 @@ for ((i = 1; i <= upgrades; i++)); do
     t_c=$(kv_now_ns)
     kv_wait_for 120 clients_are $((clients + 2)) || soak_fail "upgrade $i: churn clients not on the new process ($(kv_stat clients))"
     t_c1=$(kv_now_ns)
-    churn_stop "$i"
+    churn_stop "upgrade $i"
     kv_log "upgrade $i: churn kvload $churns on the new process $(((t_c1 - t_c) / 1000000)) ms after the old one's exit, stopped clean in $((($(kv_now_ns) - t_c1) / 1000000)) ms"
   fi
   check_load "$KV_DIR/kvload.log" "$load_pid" kvload
@@ -1048,18 +1020,7 @@ done
 stop_load "$load_pid"
 load_pid=""
 ((LOAD_RC == 0)) || soak_fail "kvload exited $LOAD_RC: $(tail -n 5 "$KV_DIR/kvload.log")"
-python3 - "$KV_DIR/report.json" <<'PY' || soak_fail "kvload report not clean"
-import json, sys
-r = json.load(open(sys.argv[1]))
-bad = {k: r[k] for k in ("failed_ops", "verify_errors", "stale_reads") if r[k]}
-if bad:
-    sys.exit(f"kvload: {bad}")
-PY
-rc=0
-"$KV_KVLOAD" --audit "$acks" --server "$KV_ADDR" --auth_token_file "$KV_TOKEN" \
-  --report "$KV_DIR/audit.json" >"$KV_DIR/audit.log" 2>&1 || rc=$?
-((rc == 0)) || soak_fail "ack-log audit failed (exit $rc): $(tail -n 3 "$KV_DIR/audit.log")"
-kv_log "ack-log audit passed: $(grep -a 'audit of' "$KV_DIR/audit.log" | head -n 1)"
+final_verdict "$KV_DIR" "$acks" --server "$KV_ADDR"
 kv_wait_for 30 clients_are 0 || soak_fail "clients did not leave"
 [[ ! -e /dev/shm/$KV_SHM.handoff ]] || soak_fail "handoff header leaked"
 up_stop_node
