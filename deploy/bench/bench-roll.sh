@@ -72,15 +72,12 @@ if [[ $mode == --inner ]]; then
   # The e2e harness: etcd and cluster start, kv_fail on a missed deadline.
   source tests/e2e/lib.sh
   source tests/e2e/upgrade_lib.sh
+  source tests/e2e/roll_lib.sh
   out=${BENCH_OUT:-$build/bench-roll}
   rm -rf "$out"
   mkdir -p "$out"
   kv_require_device
-  umask 077 # the nodes' --pid_file directories must be their own
-  kv_test_dir
-  up_make_builds "$KV_TEST_DIR"
-  KV_NODE_BIN="$KV_TEST_DIR/kvnode-a"
-  kv_cluster_start 3
+  roll_fleet_start
   ranges=$(kv_cluster_ranges) || kv_fail "no map in etcd"
   events="$out/events.tsv" # kind trial k node from to t0_ns t1_ns generation old_pid
   printf '# kind\ttrial\tk\tnode\tfrom\tto\tt0_ns\tt1_ns\tgeneration\told_pid\n' >"$events"

@@ -14,15 +14,9 @@ source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/upgrade_lib.sh"
 source "$(dirname "$0")/roll_lib.sh"
 kv_require_device
-umask 077 # the nodes' --pid_file directories must be their own
 
-kv_test_dir
-up_make_builds "$KV_TEST_DIR"
-KV_NODE_BIN="$KV_TEST_DIR/kvnode-a"
-kv_cluster_start 3
-h="$KV_TEST_DIR/history.tsv"
-kv_cluster_load load --keys 300 --distribution uniform --read_ratio 0.5 --delete_ratio 0.1 \
-  --clients 4 --depth 4 --verify --history "$h" --timeout_ms 30000
+roll_fleet_start
+roll_verified_load
 
 before=$(roll_nodes)
 kv_log "nodes before: $before"
@@ -68,6 +62,6 @@ kv_ok "no verbs object of an old process is left"
 
 kv_cluster_load_stop strict
 kv_load_report_clean
-kv_history_check "$h"
+kv_history_check "$ROLL_HISTORY"
 kv_cluster_stop
 echo "cluster_roll: PASS"

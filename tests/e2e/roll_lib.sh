@@ -6,11 +6,31 @@
 #                                          output in ROLL_OUT
 #   roll_start NAME BUILD [kvctl flags...] the same in the background: ROLL_PID
 #   roll_wait                              reaps the background roll: ROLL_RC
+#   roll_fleet_start                       three nodes a, b, c started as build a (up_make_builds)
+#   roll_verified_load                     kvload --cluster --verify --history ROLL_HISTORY
 #   roll_nodes                             "id:generation:build:state ..." from cluster status
 #   roll_plan_is STATE [ID:STATE...]       condition on the plan in etcd
 #   roll_some_node_upgrading               condition: a member key says "upgrading"
 
 ROLL_FLAGS=(--gate_s 1)
+
+# etcd and three nodes a, b, c started as build a of two wrapper builds
+# (upgrade_lib.sh up_make_builds: KV_TEST_DIR/kvnode-a, -b).
+roll_fleet_start() {
+  umask 077 # the nodes' --pid_file directories must be their own
+  kv_test_dir
+  up_make_builds "$KV_TEST_DIR"
+  KV_NODE_BIN="$KV_TEST_DIR/kvnode-a"
+  kv_cluster_start 3
+}
+
+# The roll tests' load: verified reads, writes and deletes over every node,
+# its history in ROLL_HISTORY for kv_history_check.
+roll_verified_load() {
+  ROLL_HISTORY="$KV_TEST_DIR/history.tsv"
+  kv_cluster_load load --keys 300 --distribution uniform --read_ratio 0.5 --delete_ratio 0.1 \
+    --clients 4 --depth 4 --verify --history "$ROLL_HISTORY" --timeout_ms 30000
+}
 
 roll_kvctl() { "$KV_KVCTL" cluster roll --etcd_endpoints "$KV_ETCD_ENDPOINTS" --cluster "$KV_CLUSTER" "$@"; }
 
