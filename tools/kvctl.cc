@@ -45,7 +45,9 @@ DECLARE_string(helpmatch);
 DEFINE_string(admin_socket, "",
               "the node's admin socket (default: the first existing of /run/kvnode/admin.sock, "
               "$XDG_RUNTIME_DIR/kvnode/admin.sock, /tmp/kvnode-$UID/admin.sock)");
-DEFINE_bool(json, false, "print the node's JSON answer as is (for scripts)");
+DEFINE_bool(json, false,
+            "print the node's JSON answer as is (for scripts); cluster status and the "
+            "migration dry runs: their JSON");
 DEFINE_int32(timeout_ms, 5000, "give up when the node has not answered within this time");
 DEFINE_string(binary, "", "upgrade: the new binary (default: the node's --upgrade_binary)");
 DEFINE_bool(no_wait, false,
