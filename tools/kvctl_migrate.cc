@@ -2,9 +2,12 @@
 
 #include <gflags/gflags.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
+#include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "kvnode/cluster/keys.h"

@@ -108,7 +108,10 @@ void AppendChunks(uint32_t first, uint32_t last, const std::string& from, const 
 }
 
 // The plan that turns `before` into `after` (both indexes into `nodes`, the
-// map's nodes plus the one an add_node plan adds), and its target.
+// map's nodes plus the one an add_node plan adds), and its target. Moves
+// are exactly the slots whose owner differs (invariant 1 of migration.h),
+// each run of one (from, to) pair cut at most max long (3); the target is
+// built from `after` merged and validated (4).
 absl::StatusOr<Migration> Finish(const ShardMap& map, MigrationKind kind, std::string_view node,
                                  const std::vector<MapNode>& nodes, const Owners& before,
                                  const Owners& after, std::optional<uint16_t> drop,
@@ -426,6 +429,8 @@ absl::StatusOr<ShardMap> ApplyMove(const ShardMap& map, const MigrationPlan& pla
     to = static_cast<uint16_t>(nodes.size());
     nodes.emplace_back().node_id = move.to;
   }
+  // Invariant 2: a planned move's slots are all `from`'s in every map on
+  // the way, whatever the order; anything else is not this plan's map.
   Owners owners = OwnersOf(map);
   for (uint32_t s = move.first; s <= move.last; ++s) {
     if (owners[s] != *from) {
