@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "kvctl_migrate.h"
 #include "kvctl_roll.h"
 #include "kvnode/cluster/admin.h"
 #include "kvnode/cluster/etcd_client.h"
@@ -95,11 +96,12 @@ int Forget(cluster::EtcdClient& etcd, const std::string& node_id) {
 
 int ClusterCommand(const std::vector<std::string>& args, bool json) {
   const bool forget = args.size() == 2 && args[0] == "forget-node";
-  if (!forget &&
+  const bool migrate = !args.empty() && IsMigrateVerb(args[0]);
+  if (!forget && !migrate &&
       (args.size() != 1 || (args[0] != "init" && args[0] != "status" && args[0] != "roll"))) {
     return Fail(2,
-                "usage: kvctl cluster init|status|roll|forget-node ID --etcd_endpoints E "
-                "--cluster NAME");
+                "usage: kvctl cluster init|status|roll|forget-node ID|add-node ID|"
+                "remove-node ID|rebalance --etcd_endpoints E --cluster NAME");
   }
   if (FLAGS_cluster.empty()) return Fail(2, "--cluster is required");
   auto endpoints = cluster::ParseEndpoints(FLAGS_etcd_endpoints);
@@ -111,6 +113,7 @@ int ClusterCommand(const std::vector<std::string>& args, bool json) {
   if (args[0] == "init") return Init(**etcd);
   if (forget) return Forget(**etcd, args[1]);
   if (args[0] == "roll") return RollCommand(**etcd, FLAGS_cluster);
+  if (migrate) return MigrateCommand(**etcd, FLAGS_cluster, args, json);
   auto status = cluster::ReadClusterStatus(**etcd, FLAGS_cluster);
   if (!status.ok()) return Fail(2, std::string(status.status().message()));
   if (json) {
