@@ -200,11 +200,14 @@ TEST_F(MigrationCommitTest, ExactlyOneOfCommitAndAbortWinsInEitherOrder) {
 // mover will: a progress report, then CommitMove, unless told otherwise.
 class FakeTargets {
  public:
-  enum class Behaviour { kCommit, kFailOnce, kHold };
+  enum class Behaviour { kCommit, kHold };
   FakeTargets(EtcdClient& etcd, std::vector<std::string> ids) : etcd_(etcd) {
-    for (const std::string& id : ids) {
-      members_[id] = MakeMember(id);
-      Write(id);
+    {
+      absl::MutexLock l(&mu_);
+      for (const std::string& id : ids) {
+        members_[id] = MakeMember(id);
+        Write(id);
+      }
     }
     thread_ = std::thread([this] { Run(); });
   }
@@ -212,11 +215,12 @@ class FakeTargets {
     stop_ = true;
     thread_.join();
   }
-  // Every move whose first slot is `first` (all moves when unset).
+  // kHold: copy (report progress) but commit nothing until told kCommit.
   void Behave(Behaviour b) {
     absl::MutexLock l(&mu_);
     behave_ = b;
   }
+  // The first attempt of the move starting at `first` reports failed.
   void FailMoveOnce(uint32_t first) {
     absl::MutexLock l(&mu_);
     fail_once_.insert(first);
