@@ -4,6 +4,7 @@
 // write them: the node-side mover is not built yet.
 #include "kvnode/cluster/migration_driver.h"
 
+#include <algorithm>
 #include <atomic>
 #include <map>
 #include <set>
@@ -224,6 +225,14 @@ class FakeTargets {
   void FailMoveOnce(uint32_t first) {
     absl::MutexLock l(&mu_);
     fail_once_.insert(first);
+  }
+  // A restart: the member comes back at the next generation, with no
+  // report (a new process knows of no copy).
+  void Restart(const std::string& id) {
+    absl::MutexLock l(&mu_);
+    members_[id].generation += 1;
+    members_[id].migration.reset();
+    Write(id);
   }
   size_t max_copying() { return max_copying_; }
   size_t shared_node_seen() { return shared_node_seen_; }
@@ -573,6 +582,26 @@ TEST_F(MigrationDriverTest, ATargetThatGoesDownFailsItsMove) {
                                             " -> d failed: d is down")))
       << out.message;
   EXPECT_EQ(out.last.plan.moves[0].state, MoveState::kFailed);
+}
+
+TEST_F(MigrationDriverTest, ATargetRestartedWithoutACommitFailsItsMove) {
+  auto etcd = NewClient();
+  ASSERT_TRUE(InitCluster(*etcd, "c1", {"a", "b", "c"}, 64).ok());
+  FakeTargets nodes(*etcd, {"a", "b", "c", "d"});
+  nodes.Behave(FakeTargets::Behaviour::kHold);
+  MigrationOutcome out;
+  std::thread driver([&] { out = Run(*etcd, Options(MigrationKind::kAddNode, "d")); });
+  ASSERT_TRUE(WaitUntil([&] {
+    absl::MutexLock l(&mu_);
+    return std::find_if(events_.begin(), events_.end(), [](const std::string& e) {
+             return Has(e, "copying (attempt 1)");
+           }) != events_.end();
+  }));
+  nodes.Restart("d");
+  driver.join();
+  ASSERT_EQ(out.result, MigrationResult::kStopped) << out.message;
+  EXPECT_TRUE(Has(out.message, "d restarted without committing (generation 3, now 4)"))
+      << out.message;
 }
 
 TEST_F(MigrationDriverTest, NoProgressForNodeTimeoutFailsTheMove) {
