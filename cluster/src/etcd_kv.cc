@@ -147,6 +147,27 @@ absl::StatusOr<CasResult> GrpcEtcdClient::PutIfGuarded(std::string_view key, std
   return Txn(req, key);
 }
 
+absl::StatusOr<CasResult> GrpcEtcdClient::PutIfModRevisions(std::string_view key,
+                                                            std::string_view value,
+                                                            int64_t expected_mod_revision,
+                                                            std::string_view guard_key,
+                                                            int64_t guard_mod_revision) {
+  etcdserverpb::TxnRequest req;
+  for (auto [k, rev] : {std::pair{key, expected_mod_revision}, {guard_key, guard_mod_revision}}) {
+    auto* cmp = req.add_compare();
+    cmp->set_result(etcdserverpb::Compare::EQUAL);
+    cmp->set_key(std::string(k));
+    cmp->set_target(etcdserverpb::Compare::MOD);
+    cmp->set_mod_revision(rev);
+  }
+  auto* put = req.add_success()->mutable_request_put();
+  put->set_key(std::string(key));
+  put->set_value(std::string(value));
+  req.add_failure()->mutable_request_range()->set_key(std::string(key));
+  req.add_failure()->mutable_request_range()->set_key(std::string(guard_key));
+  return Txn(req, key);
+}
+
 absl::StatusOr<CasResult> GrpcEtcdClient::PutBothIfModRevisions(const RevisionedPut& first,
                                                                 const RevisionedPut& second) {
   etcdserverpb::TxnRequest req;

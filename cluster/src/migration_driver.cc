@@ -72,11 +72,15 @@ class Driver {
   MigrationOutcome Fail(const absl::Status& s);
 
   absl::Status Read();
-  absl::Status WritePlan();
-  // Applies `change` to the plan read last and writes it, reading again and
-  // reapplying while a target's commit wins the CAS (contract 1).
+  // guard_roll: also require the roll plan's key at the revision Read saw
+  // (a migration starts or resumes only against a roll not running:
+  // contract 6).
+  absl::Status WritePlan(bool guard_roll = false);
+  // Applies `change` to the plan read last (a non-OK status from it is
+  // returned as is) and writes it, reading again and reapplying while a
+  // target's commit wins the CAS (contract 1).
   template <typename F>
-  absl::Status Update(F change);
+  absl::Status Update(F change, bool guard_roll = false);
   absl::Status TakeLock();
   absl::StatusOr<MigrationPlan> NewPlan() const;
   // Events for the moves whose state changed since the last read.
@@ -99,6 +103,7 @@ class Driver {
   std::optional<proto::ShardMap> map_;
   std::string map_error_;
   std::string roll_running_;               // the fleet roll whose plan is running (contract 6)
+  int64_t roll_rev_ = 0;                   // the roll plan's mod_revision as read; 0: none
   std::map<uint32_t, Watched> watched_;    // by the move's first slot
   std::map<uint32_t, MoveState> noticed_;  // each move's state at the last NoticeChanges
   bool etcd_lost_ = false;
@@ -163,6 +168,7 @@ absl::Status Driver::Read() {
   map_.reset();
   map_error_ = "no map (kvctl cluster init)";
   roll_running_.clear();
+  roll_rev_ = 0;
   for (const KeyValue& kv : range->kvs) {
     if (kv.key == MapKey(o_.cluster)) {
       auto m = DecodeMapJson(kv.value, o_.cluster);
@@ -177,6 +183,7 @@ absl::Status Driver::Read() {
     } else if (kv.key == RollKey(o_.cluster)) {
       auto r = DecodeRollJson(kv.value, kv.key);
       if (r.ok() && r->state == RollState::kRunning) roll_running_ = r->roll_id;
+      roll_rev_ = kv.mod_revision;
     } else if (auto id = NodeIdOfMemberKey(o_.cluster, kv.key)) {
       auto m = DecodeMemberJson(kv.value, kv.key, *id);
       if (m.ok()) seen_.members[*id] = std::move(*m);  // else: not alive
@@ -185,12 +192,16 @@ absl::Status Driver::Read() {
   return absl::OkStatus();
 }
 
-absl::Status Driver::WritePlan() {
+absl::Status Driver::WritePlan(bool guard_roll) {
   if (lock_ && lock_->Lost()) {
     return absl::UnavailableError("this kvctl lost the migration's lock (its lease expired)");
   }
   const std::string value = EncodeMigrationJson(seen_.plan);
-  auto r = Call([&] { return etcd_.PutIfModRevision(plan_key_, value, plan_rev_); });
+  const std::string roll_key = RollKey(o_.cluster);
+  auto r = Call([&] {
+    return guard_roll ? etcd_.PutIfModRevisions(plan_key_, value, plan_rev_, roll_key, roll_rev_)
+                      : etcd_.PutIfModRevision(plan_key_, value, plan_rev_);
+  });
   if (!r.ok()) return r.status();
   if (!r->applied) {
     return absl::AbortedError(absl::StrCat("the plan at ", plan_key_, " changed under this kvctl"));
@@ -201,11 +212,11 @@ absl::Status Driver::WritePlan() {
 }
 
 template <typename F>
-absl::Status Driver::Update(F change) {
+absl::Status Driver::Update(F change, bool guard_roll) {
   for (;;) {
     const std::string id = seen_.plan.migration_id;
-    change(seen_.plan);
-    absl::Status s = WritePlan();
+    if (absl::Status s = change(seen_.plan); !s.ok()) return s;
+    absl::Status s = WritePlan(guard_roll);
     if (!absl::IsAborted(s)) return s;
     if (s = Read(); !s.ok()) return s;
     if (!have_plan_ || seen_.plan.migration_id != id) {
@@ -431,6 +442,7 @@ MigrationOutcome Driver::Abort() {
       m.state = MoveState::kAborted;
       m.reason = p.reason;
     }
+    return absl::OkStatus();
   });
   if (!s.ok()) return Fail(s);
   Say("aborted");
@@ -470,7 +482,14 @@ MigrationOutcome Driver::Run() {
     auto plan = NewPlan();
     if (!plan.ok()) return Fail(plan.status());
     seen_.plan = std::move(*plan);
-    if (absl::Status s = WritePlan(); !s.ok()) return Fail(s);
+    if (absl::Status s = WritePlan(/*guard_roll=*/true); !s.ok()) {
+      if (absl::IsAborted(s)) {
+        return Out(MigrationResult::kRefused,
+                   absl::StrCat("refused: the plans changed while this migration started (",
+                                s.message(), "); see kvctl cluster status"));
+      }
+      return Fail(s);
+    }
     MigrationProgress p = CountProgress(seen_.plan, seen_.members);
     Say(absl::StrCat("started: ", Av(MigrationKindName(seen_.plan.kind)),
                      seen_.plan.node.empty() ? "" : " " + seen_.plan.node, ", ", p.moves_total,
@@ -485,13 +504,19 @@ MigrationOutcome Driver::Run() {
                           : absl::StrCat("no migration at ", plan_key_));
   }
   if (o_.mode == MigrationMode::kAbort) return Abort();
-  absl::Status s = Update([](MigrationPlan& p) {
-    for (SlotMove& m : p.moves) {
-      if (m.state == MoveState::kFailed) m.state = MoveState::kPending;
-    }
-    p.state = MigrationState::kRunning;
-    p.reason.clear();
-  });
+  absl::Status s = Update(
+      [&](MigrationPlan& p) {
+        if (!roll_running_.empty()) {  // started since the check above
+          return absl::AbortedError(absl::StrCat("fleet roll ", roll_running_, " is running"));
+        }
+        for (SlotMove& m : p.moves) {
+          if (m.state == MoveState::kFailed) m.state = MoveState::kPending;
+        }
+        p.state = MigrationState::kRunning;
+        p.reason.clear();
+        return absl::OkStatus();
+      },
+      /*guard_roll=*/true);
   if (!s.ok()) return Fail(s);
   Say("resumed");
   return Drive();

@@ -54,7 +54,10 @@ class Driver {
   }
 
   absl::Status Read();
-  absl::Status WritePlan();
+  // guard_migration: also require the migration plan's key at the
+  // revision Read saw (a roll starts or resumes only against a migration
+  // plan not running: contract 4).
+  absl::Status WritePlan(bool guard_migration = false);
   absl::Status TakeLock();
   absl::StatusOr<RollPlan> NewPlan();
   RollOutcome Abort();
@@ -80,6 +83,7 @@ class Driver {
   // starts nor resumes meanwhile (docs/cluster.md, "Slot migration",
   // invariant 6).
   std::string migration_running_;
+  int64_t migration_rev_ = 0;  // its key's mod_revision as read; 0: none
   bool etcd_lost_ = false;
 };
 
@@ -114,6 +118,7 @@ absl::Status Driver::Read() {
   map_.reset();
   map_error_ = "no map (kvctl cluster init)";
   migration_running_.clear();
+  migration_rev_ = 0;
   for (const KeyValue& kv : range->kvs) {
     if (kv.key == MapKey(o_.cluster)) {
       auto m = DecodeMapJson(kv.value, o_.cluster);
@@ -128,6 +133,7 @@ absl::Status Driver::Read() {
     } else if (kv.key == MigrationKey(o_.cluster)) {
       auto m = DecodeMigrationJson(kv.value, kv.key);
       if (m.ok() && m->state == MigrationState::kRunning) migration_running_ = m->migration_id;
+      migration_rev_ = kv.mod_revision;
     } else if (auto id = NodeIdOfMemberKey(o_.cluster, kv.key)) {
       auto m = DecodeMemberJson(kv.value, kv.key, *id);
       if (m.ok()) seen_.members[*id] = std::move(*m);  // else: not alive
@@ -136,14 +142,24 @@ absl::Status Driver::Read() {
   return absl::OkStatus();
 }
 
-absl::Status Driver::WritePlan() {
+absl::Status Driver::WritePlan(bool guard_migration) {
   if (lock_ && lock_->Lost()) {
     return absl::UnavailableError("this kvctl lost the roll's lock (its lease expired)");
   }
   const std::string value = EncodeRollJson(seen_.plan);
-  auto r = Call([&] { return etcd_.PutIfModRevision(roll_key_, value, plan_rev_); });
+  const std::string migration_key = MigrationKey(o_.cluster);
+  auto r = Call([&] {
+    return guard_migration
+               ? etcd_.PutIfModRevisions(roll_key_, value, plan_rev_, migration_key, migration_rev_)
+               : etcd_.PutIfModRevision(roll_key_, value, plan_rev_);
+  });
   if (!r.ok()) return r.status();
   if (!r->applied) {
+    if (guard_migration && (r->guard ? r->guard->mod_revision : 0) != migration_rev_) {
+      return absl::AbortedError(absl::StrCat("refused: a slot migration's plan was written at ",
+                                             migration_key,
+                                             " while this roll started; see kvctl cluster status"));
+    }
     return absl::AbortedError(
         absl::StrCat("the plan at ", roll_key_, " changed under this kvctl; stopped"));
   }
@@ -437,7 +453,7 @@ RollOutcome Driver::Run() {
     auto plan = NewPlan();
     if (!plan.ok()) return Fail(plan.status());
     seen_.plan = std::move(*plan);
-    if (absl::Status s = WritePlan(); !s.ok()) return Fail(s);
+    if (absl::Status s = WritePlan(/*guard_migration=*/true); !s.ok()) return Fail(s);
     Say(absl::StrCat("started: ", seen_.plan.nodes.size(), " nodes to build '", seen_.plan.build_id,
                      "'"));
     return Drive();
@@ -457,7 +473,7 @@ RollOutcome Driver::Run() {
   }
   seen_.plan.state = RollState::kRunning;
   seen_.plan.reason.clear();
-  if (absl::Status s = WritePlan(); !s.ok()) return Fail(s);
+  if (absl::Status s = WritePlan(/*guard_migration=*/true); !s.ok()) return Fail(s);
   Say("resumed");
   return Drive();
 }

@@ -22,7 +22,9 @@
 //  5. A failed move stops the migration once the moves still copying have
 //     ended: none of them is stranded (a commit needs the plan running).
 //  6. A migration neither starts nor resumes while a fleet roll's plan is
-//     running (kRefused, naming it).
+//     running (kRefused, naming it). The start's and the resume's plan
+//     write also compares the roll plan's mod_revision as read, so that one
+//     of a roll and a migration started at once is refused.
 //  7. etcd unreachable: calls are retried for etcd_wait, then the driver
 //     returns kPaused; moves in flight go on and commit.
 //

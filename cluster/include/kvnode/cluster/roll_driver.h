@@ -15,7 +15,9 @@
 //  4. A roll neither starts nor resumes while a slot migration's plan is
 //     running (kRefused, naming it): a live upgrade and a move of the same
 //     node exclude each other (docs/cluster.md, "Slot migration",
-//     invariant 6).
+//     invariant 6). The start's and the resume's plan write also compares
+//     the migration plan's mod_revision as read, so that one of a roll and
+//     a migration started at once is refused.
 //
 // Thread safety: one driver per call of RunRoll; the EtcdClient may be shared.
 #ifndef KVNODE_CLUSTER_ROLL_DRIVER_H_
