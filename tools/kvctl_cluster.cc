@@ -42,6 +42,25 @@ int Init(cluster::EtcdClient& etcd) {
 
 std::string Or(const std::string& s) { return s.empty() ? "-" : s; }
 
+// "migration m-...: add_node d, running, 3 of 18 moves done, 171 of 1024
+// slots moved[: reason]".
+std::string MigrationLine(const cluster::MigrationPlan& p) {
+  size_t done = 0;
+  uint64_t slots = 0, moved = 0;
+  for (const auto& m : p.moves) {
+    slots += m.slots();
+    if (m.state == cluster::MoveState::kDone) {
+      ++done;
+      moved += m.slots();
+    }
+  }
+  return absl::StrCat("migration ", p.migration_id, ": ",
+                      std::string(cluster::MigrationKindName(p.kind)), p.node.empty() ? "" : " ",
+                      p.node, ", ", std::string(cluster::MigrationStateName(p.state)), ", ", done,
+                      " of ", p.moves.size(), " moves done, ", moved, " of ", slots, " slots moved",
+                      p.reason.empty() ? "" : ": ", p.reason);
+}
+
 void PrintStatus(const ClusterStatus& s) {
   std::printf("cluster %s: ", s.cluster.c_str());
   if (s.map) {
@@ -67,6 +86,10 @@ void PrintStatus(const ClusterStatus& s) {
                 r.build_id.c_str(), r.reason.empty() ? "" : ": ", r.reason.c_str());
   }
   if (!s.roll_error.empty()) std::printf("roll error: %s\n", s.roll_error.c_str());
+  if (s.migration) std::printf("%s\n", MigrationLine(*s.migration).c_str());
+  if (!s.migration_error.empty()) {
+    std::printf("migration error: %s\n", s.migration_error.c_str());
+  }
   std::printf("%-16s %-10s %-5s %-14s %-6s %-6s %-21s %s\n", "NODE", "STATE", "GEN", "VERSION",
               "LEASE", "SLOTS", "ENDPOINT", "BUILD");
   for (const auto& n : s.nodes) {

@@ -1,18 +1,17 @@
 #include "kvnode/cluster/roll_driver.h"
 
-#include <atomic>
-#include <condition_variable>
-#include <mutex>
-#include <thread>
+#include <memory>
 #include <tuple>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "kept_lease.h"
 #include "kvnode/base/errno.h"
 #include "kvnode/cluster/keys.h"
 #include "kvnode/cluster/map_json.h"
+#include "kvnode/cluster/migration.h"
 #include "nlohmann/json.hpp"
 
 namespace kvnode::cluster {
@@ -26,46 +25,6 @@ bool Retryable(const absl::Status& s) {
 }
 
 int64_t NowMs() { return absl::ToUnixMillis(absl::Now()); }
-
-// The roll's lock: RollLockKey created under a lease this process keeps
-// alive from its own thread (contract 1). Lost() once a renewal found the
-// lease gone.
-class RollLock {
- public:
-  RollLock(EtcdClient& etcd, int64_t lease, absl::Duration every)
-      : etcd_(etcd), lease_(lease), thread_([this, every] { KeepAlive(every); }) {}
-  ~RollLock() {
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-    (void)etcd_.LeaseRevoke(lease_);  // the lock key goes with it
-  }
-  bool Lost() const { return lost_.load(); }
-
- private:
-  void KeepAlive(absl::Duration every) {
-    const auto period = absl::ToChronoMilliseconds(every);
-    std::unique_lock<std::mutex> l(mu_);
-    while (!cv_.wait_for(l, period, [this] { return stop_; })) {
-      l.unlock();
-      auto ttl = etcd_.LeaseKeepAliveOnce(lease_);
-      if (!ttl.ok() && absl::IsNotFound(ttl.status())) lost_ = true;
-      l.lock();
-    }
-  }
-
-  EtcdClient& etcd_;
-  const int64_t lease_;
-  // std::mutex, not absl::Mutex: TSan sees it (base/annotated_mutex.h).
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;  // under mu_
-  std::atomic<bool> lost_{false};
-  std::thread thread_;
-};
 
 class Driver {
  public:
@@ -95,7 +54,10 @@ class Driver {
   }
 
   absl::Status Read();
-  absl::Status WritePlan();
+  // guard_migration: also require the migration plan's key at the
+  // revision Read saw (a roll starts or resumes only against a migration
+  // plan not running: contract 4).
+  absl::Status WritePlan(bool guard_migration = false);
   absl::Status TakeLock();
   absl::StatusOr<RollPlan> NewPlan();
   RollOutcome Abort();
@@ -111,12 +73,17 @@ class Driver {
   const RollOptions& o_;
   const RollProgressFn& progress_;
   const std::string roll_key_;
-  std::unique_ptr<RollLock> lock_;
+  std::unique_ptr<KeptLease> lock_;  // the roll's lock (RollLockKey), contract 1
   RollSnapshot seen_;
   bool have_plan_ = false;
   int64_t plan_rev_ = 0;
   std::optional<proto::ShardMap> map_;
   std::string map_error_;
+  // The slot migration whose plan is running, if any: a roll neither
+  // starts nor resumes meanwhile (docs/cluster.md, "Slot migration",
+  // invariant 6).
+  std::string migration_running_;
+  int64_t migration_rev_ = 0;  // its key's mod_revision as read; 0: none
   bool etcd_lost_ = false;
 };
 
@@ -150,6 +117,8 @@ absl::Status Driver::Read() {
   plan_rev_ = 0;
   map_.reset();
   map_error_ = "no map (kvctl cluster init)";
+  migration_running_.clear();
+  migration_rev_ = 0;
   for (const KeyValue& kv : range->kvs) {
     if (kv.key == MapKey(o_.cluster)) {
       auto m = DecodeMapJson(kv.value, o_.cluster);
@@ -161,6 +130,10 @@ absl::Status Driver::Read() {
       seen_.plan = std::move(*p);
       have_plan_ = true;
       plan_rev_ = kv.mod_revision;
+    } else if (kv.key == MigrationKey(o_.cluster)) {
+      auto m = DecodeMigrationJson(kv.value, kv.key);
+      if (m.ok() && m->state == MigrationState::kRunning) migration_running_ = m->migration_id;
+      migration_rev_ = kv.mod_revision;
     } else if (auto id = NodeIdOfMemberKey(o_.cluster, kv.key)) {
       auto m = DecodeMemberJson(kv.value, kv.key, *id);
       if (m.ok()) seen_.members[*id] = std::move(*m);  // else: not alive
@@ -169,14 +142,24 @@ absl::Status Driver::Read() {
   return absl::OkStatus();
 }
 
-absl::Status Driver::WritePlan() {
+absl::Status Driver::WritePlan(bool guard_migration) {
   if (lock_ && lock_->Lost()) {
     return absl::UnavailableError("this kvctl lost the roll's lock (its lease expired)");
   }
   const std::string value = EncodeRollJson(seen_.plan);
-  auto r = Call([&] { return etcd_.PutIfModRevision(roll_key_, value, plan_rev_); });
+  const std::string migration_key = MigrationKey(o_.cluster);
+  auto r = Call([&] {
+    return guard_migration
+               ? etcd_.PutIfModRevisions(roll_key_, value, plan_rev_, migration_key, migration_rev_)
+               : etcd_.PutIfModRevision(roll_key_, value, plan_rev_);
+  });
   if (!r.ok()) return r.status();
   if (!r->applied) {
+    if (guard_migration && (r->guard ? r->guard->mod_revision : 0) != migration_rev_) {
+      return absl::AbortedError(absl::StrCat("refused: a slot migration's plan was written at ",
+                                             migration_key,
+                                             " while this roll started; see kvctl cluster status"));
+    }
     return absl::AbortedError(
         absl::StrCat("the plan at ", roll_key_, " changed under this kvctl; stopped"));
   }
@@ -217,7 +200,7 @@ absl::Status Driver::TakeLock() {
     }
     absl::SleepFor(o_.poll);  // waiting for a lease to run out, with a deadline
   }
-  lock_ = std::make_unique<RollLock>(etcd_, lease->id, absl::Seconds(o_.lock_ttl_s) / 3);
+  lock_ = std::make_unique<KeptLease>(etcd_, lease->id, absl::Seconds(o_.lock_ttl_s) / 3);
   return absl::OkStatus();
 }
 
@@ -453,6 +436,12 @@ RollOutcome Driver::Run() {
   if (absl::Status s = Read(); !s.ok()) return Fail(s);
   const bool open = have_plan_ && (seen_.plan.state == RollState::kRunning ||
                                    seen_.plan.state == RollState::kStopped);
+  if (o_.mode != RollMode::kAbort && !migration_running_.empty()) {
+    return Out(RollResult::kRefused,
+               absl::StrCat("slot migration ", migration_running_,
+                            " is running: a fleet roll waits for it to end (kvctl cluster "
+                            "status shows it)"));
+  }
   if (o_.mode == RollMode::kStart) {
     if (open) {
       return Out(RollResult::kRefused,
@@ -464,7 +453,7 @@ RollOutcome Driver::Run() {
     auto plan = NewPlan();
     if (!plan.ok()) return Fail(plan.status());
     seen_.plan = std::move(*plan);
-    if (absl::Status s = WritePlan(); !s.ok()) return Fail(s);
+    if (absl::Status s = WritePlan(/*guard_migration=*/true); !s.ok()) return Fail(s);
     Say(absl::StrCat("started: ", seen_.plan.nodes.size(), " nodes to build '", seen_.plan.build_id,
                      "'"));
     return Drive();
@@ -484,7 +473,7 @@ RollOutcome Driver::Run() {
   }
   seen_.plan.state = RollState::kRunning;
   seen_.plan.reason.clear();
-  if (absl::Status s = WritePlan(); !s.ok()) return Fail(s);
+  if (absl::Status s = WritePlan(/*guard_migration=*/true); !s.ok()) return Fail(s);
   Say("resumed");
   return Drive();
 }
