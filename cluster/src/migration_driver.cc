@@ -8,22 +8,17 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "driver_keys.h"
+#include "etcd_retry.h"
 #include "kept_lease.h"
 #include "kvnode/base/errno.h"
 #include "kvnode/cluster/keys.h"
-#include "kvnode/cluster/map_json.h"
 #include "kvnode/cluster/roll.h"
-#include "nlohmann/json.hpp"
 
 namespace kvnode::cluster {
 namespace {
 
 using base::Av;
-using nlohmann::json;
-
-bool Retryable(const absl::Status& s) {
-  return absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s);
-}
 
 // "slots 1024-1080 a -> d".
 std::string Name(const SlotMove& m) {
@@ -53,15 +48,17 @@ struct Watched {
 class Driver {
  public:
   Driver(EtcdClient& etcd, const MigrationDriverOptions& o, const MigrationProgressFn& progress)
-      : etcd_(etcd), o_(o), progress_(progress), plan_key_(MigrationKey(o.cluster)) {}
+      : etcd_(etcd),
+        o_(o),
+        progress_(progress),
+        plan_key_(MigrationKey(o.cluster)),
+        retry_(o.etcd_wait, o.poll, "no new move starts, ",
+               "etcd answers again: the migration goes on",
+               [this](const std::string& event) { Say(event); }) {}
 
   MigrationOutcome Run();
 
  private:
-  // An etcd call, retried while etcd is unreachable, up to etcd_wait
-  // (contract 7).
-  template <typename F>
-  auto Call(F f) -> decltype(f());
   MigrationProgress Progress() const;
   void Say(const std::string& event) {
     if (progress_) progress_(seen_, Progress(), event);
@@ -87,8 +84,6 @@ class Driver {
   void NoticeChanges();
   // Why the copying move `m` has failed; "" while it is under way.
   std::string Judge(const SlotMove& m);
-  // Why a move from `from` to `to` may not start now; "" when it may.
-  std::string NotReady(const std::string& from, const std::string& to) const;
   MigrationOutcome Drive();
   MigrationOutcome Abort();
 
@@ -96,6 +91,7 @@ class Driver {
   const MigrationDriverOptions& o_;
   const MigrationProgressFn& progress_;
   const std::string plan_key_;
+  EtcdRetry retry_;                  // every etcd call but the lock's refusal path (contract 7)
   std::unique_ptr<KeptLease> lock_;  // the migration's lock (MigrationLockKey), contract 1
   MigrationSnapshot seen_;
   bool have_plan_ = false;
@@ -106,34 +102,11 @@ class Driver {
   int64_t roll_rev_ = 0;                   // the roll plan's mod_revision as read; 0: none
   std::map<uint32_t, Watched> watched_;    // by the move's first slot
   std::map<uint32_t, MoveState> noticed_;  // each move's state at the last NoticeChanges
-  bool etcd_lost_ = false;
   const absl::Time start_ = absl::Now();
   uint64_t bytes_at_start_ = 0;
   uint64_t slots_at_start_ = 0;
   absl::Time last_progress_ = absl::InfinitePast();
 };
-
-template <typename F>
-auto Driver::Call(F f) -> decltype(f()) {
-  const absl::Time start = absl::Now();
-  for (;;) {
-    auto r = f();
-    if (r.ok() || !Retryable(r.status())) {
-      if (etcd_lost_) {
-        etcd_lost_ = false;
-        Say("etcd answers again: the migration goes on");
-      }
-      return r;
-    }
-    if (!etcd_lost_) {
-      etcd_lost_ = true;
-      Say(absl::StrCat("etcd unavailable (", r.status().message(),
-                       "): no new move starts, retrying for ", absl::FormatDuration(o_.etcd_wait)));
-    }
-    if (absl::Now() - start > o_.etcd_wait) return r;
-    absl::SleepFor(o_.poll);  // retry backoff, not a synchronisation
-  }
-}
 
 MigrationOutcome Driver::Fail(const absl::Status& s) {
   if (absl::IsAborted(s)) return Out(MigrationResult::kRefused, std::string(s.message()));
@@ -160,48 +133,31 @@ MigrationProgress Driver::Progress() const {
 }
 
 absl::Status Driver::Read() {
-  auto range = Call([&] { return etcd_.GetPrefix(ClusterPrefix(o_.cluster)); });
-  if (!range.ok()) return range.status();
-  seen_.members.clear();
+  auto c = ReadCluster(etcd_, retry_, o_.cluster);
+  if (!c.ok()) return c.status();
+  seen_.members = std::move(c->members);
+  map_ = std::move(c->map);
+  map_error_ = std::move(c->map_error);
+  roll_running_.clear();
+  if (c->roll && c->roll->ok() && (*c->roll)->state == RollState::kRunning) {
+    roll_running_ = (*c->roll)->roll_id;
+  }
+  roll_rev_ = c->roll_rev;
   have_plan_ = false;
   plan_rev_ = 0;
-  map_.reset();
-  map_error_ = "no map (kvctl cluster init)";
-  roll_running_.clear();
-  roll_rev_ = 0;
-  for (const KeyValue& kv : range->kvs) {
-    if (kv.key == MapKey(o_.cluster)) {
-      auto m = DecodeMapJson(kv.value, o_.cluster);
-      map_error_ = m.ok() ? "" : std::string(m.status().message());
-      if (m.ok()) map_ = std::move(*m);
-    } else if (kv.key == plan_key_) {
-      auto p = DecodeMigrationJson(kv.value, kv.key);
-      if (!p.ok()) return p.status();
-      seen_.plan = std::move(*p);
-      have_plan_ = true;
-      plan_rev_ = kv.mod_revision;
-    } else if (kv.key == RollKey(o_.cluster)) {
-      auto r = DecodeRollJson(kv.value, kv.key);
-      if (r.ok() && r->state == RollState::kRunning) roll_running_ = r->roll_id;
-      roll_rev_ = kv.mod_revision;
-    } else if (auto id = NodeIdOfMemberKey(o_.cluster, kv.key)) {
-      auto m = DecodeMemberJson(kv.value, kv.key, *id);
-      if (m.ok()) seen_.members[*id] = std::move(*m);  // else: not alive
-    }
+  if (c->migration) {
+    if (!c->migration->ok()) return c->migration->status();
+    seen_.plan = std::move(**c->migration);
+    have_plan_ = true;
+    plan_rev_ = c->migration_rev;
   }
   return absl::OkStatus();
 }
 
 absl::Status Driver::WritePlan(bool guard_roll) {
-  if (lock_ && lock_->Lost()) {
-    return absl::UnavailableError("this kvctl lost the migration's lock (its lease expired)");
-  }
-  const std::string value = EncodeMigrationJson(seen_.plan);
-  const std::string roll_key = RollKey(o_.cluster);
-  auto r = Call([&] {
-    return guard_roll ? etcd_.PutIfModRevisions(plan_key_, value, plan_rev_, roll_key, roll_rev_)
-                      : etcd_.PutIfModRevision(plan_key_, value, plan_rev_);
-  });
+  auto r =
+      CasPlan(etcd_, retry_, lock_.get(), "migration", plan_key_, EncodeMigrationJson(seen_.plan),
+              plan_rev_, guard_roll ? RollKey(o_.cluster) : "", roll_rev_);
   if (!r.ok()) return r.status();
   if (!r->applied) {
     return absl::AbortedError(absl::StrCat("the plan at ", plan_key_, " changed under this kvctl"));
@@ -226,38 +182,22 @@ absl::Status Driver::Update(F change, bool guard_roll) {
 }
 
 absl::Status Driver::TakeLock() {
-  const std::string key = MigrationLockKey(o_.cluster);
-  const absl::Time deadline = absl::Now() + o_.lock_wait;
-  auto lease = Call([&] { return etcd_.LeaseGrant(o_.lock_ttl_s); });
-  if (!lease.ok()) return lease.status();
-  const std::string value = json{{"holder", o_.holder}}.dump();
-  for (;;) {
-    auto r = Call([&] { return etcd_.PutIfModRevision(key, value, 0, lease->id); });
-    if (!r.ok()) return r.status();
-    if (r->applied) break;
-    std::string holder = "another kvctl";
-    if (r->current) {
-      json j = json::parse(r->current->value, nullptr, false);
-      if (j.is_object() && j.contains("holder") && j["holder"].is_string()) {
-        holder = j["holder"].get<std::string>();
-      }
-    }
-    // A new migration is refused at once; --resume and --abort wait for the
-    // lock of a driver that died to expire with its lease.
-    if (o_.mode == MigrationMode::kStart || absl::Now() > deadline) {
-      (void)etcd_.LeaseRevoke(lease->id);
-      std::string id;
-      if (auto p = etcd_.Get(plan_key_); p.ok() && *p) {
-        auto plan = DecodeMigrationJson((*p)->value, plan_key_);
-        if (plan.ok()) id = absl::StrCat(" migration ", plan->migration_id);
-      }
-      return absl::FailedPreconditionError(
-          absl::StrCat("refused:", id, " is being driven by ", holder, " (lock ", key,
-                       "); wait for it, or, if it died, --resume once its lease ends"));
-    }
-    absl::SleepFor(o_.poll);  // waiting for a lease to run out, with a deadline
-  }
-  lock_ = std::make_unique<KeptLease>(etcd_, lease->id, absl::Seconds(o_.lock_ttl_s) / 3);
+  DriverLock l;
+  l.key = MigrationLockKey(o_.cluster);
+  l.holder = o_.holder;
+  l.wait = o_.mode != MigrationMode::kStart;
+  l.lock_wait = o_.lock_wait;
+  l.poll = o_.poll;
+  l.lock_ttl_s = o_.lock_ttl_s;
+  l.plan_key = plan_key_;
+  l.plan_name = [this](const std::string& value) {
+    auto plan = DecodeMigrationJson(value, plan_key_);
+    return plan.ok() ? absl::StrCat(" migration ", plan->migration_id) : std::string();
+  };
+  l.resume = "--resume";
+  auto lock = TakeDriverLock(etcd_, retry_, l);
+  if (!lock.ok()) return lock.status();
+  lock_ = std::move(*lock);
   return absl::OkStatus();
 }
 
@@ -320,19 +260,6 @@ std::string Driver::Judge(const SlotMove& m) {
   return "";
 }
 
-std::string Driver::NotReady(const std::string& from, const std::string& to) const {
-  std::vector<std::string> bad;
-  for (const std::string& id : {from, to}) {
-    auto it = seen_.members.find(id);
-    if (it == seen_.members.end()) {
-      bad.push_back(absl::StrCat(id, " is down"));
-    } else if (it->second.state != MemberState::kServing) {
-      bad.push_back(absl::StrCat(id, " is ", Av(MemberStateName(it->second.state))));
-    }
-  }
-  return absl::StrJoin(bad, ", ");
-}
-
 MigrationOutcome Driver::Drive() {
   const std::string id = seen_.plan.migration_id;
   {
@@ -383,7 +310,7 @@ MigrationOutcome Driver::Drive() {
     for (SlotMove& m : p.moves) {
       if (!failed.empty() || copying >= o_.parallel_moves) break;
       if (m.state != MoveState::kPending || busy.count(m.from) || busy.count(m.to)) continue;
-      if (std::string bad = NotReady(m.from, m.to); !bad.empty()) {
+      if (std::string bad = NotServing(seen_.members, {m.from, m.to}); !bad.empty()) {
         if (waiting.empty()) waiting = absl::StrCat("before ", Name(m), ": ", bad);
         continue;
       }
