@@ -144,15 +144,9 @@ std::string EncodeMemberJson(const Member& m) {
 
 absl::StatusOr<Member> DecodeMemberJson(std::string_view text, std::string_view key,
                                         std::string_view expected_node_id) {
-  if (text.size() > kMaxMemberJsonSize) {
-    return absl::InvalidArgumentError(absl::StrCat("member at ", Av(key), ": ", text.size(),
-                                                   " bytes, above the limit of ",
-                                                   kMaxMemberJsonSize));
-  }
-  json obj = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
-  JsonFields r{obj, "member at", key, kMaxMemberFieldSize};
-  if (obj.is_discarded()) return r.Bad("not valid JSON");
-  if (!obj.is_object()) return r.Bad("not a JSON object");
+  auto obj = ParseJsonObject(text, kMaxMemberJsonSize, "member at", key);
+  if (!obj.ok()) return obj.status();
+  JsonFields r{*obj, "member at", key, kMaxMemberFieldSize};
   Member m;
   if (auto s = ReadFields(r, &m); !s.ok()) return s;
   if (auto s = proto::CheckName(m.node_id, proto::kMaxNodeIdSize, "node_id"); !s.ok()) {

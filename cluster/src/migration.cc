@@ -477,15 +477,9 @@ std::string EncodeMigrationJson(const MigrationPlan& p) {
 }
 
 absl::StatusOr<MigrationPlan> DecodeMigrationJson(std::string_view text, std::string_view key) {
-  if (text.size() > kMaxMigrationJsonSize) {
-    return absl::InvalidArgumentError(absl::StrCat("migration plan at ", Av(key), ": ", text.size(),
-                                                   " bytes, above the limit of ",
-                                                   kMaxMigrationJsonSize));
-  }
-  json obj = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
-  JsonFields r{obj, "migration plan at", key, 4096};
-  if (obj.is_discarded()) return r.Bad("not valid JSON");
-  if (!obj.is_object()) return r.Bad("not a JSON object");
+  auto obj = ParseJsonObject(text, kMaxMigrationJsonSize, "migration plan at", key);
+  if (!obj.ok()) return obj.status();
+  JsonFields r{*obj, "migration plan at", key, 4096};
   MigrationPlan plan;
   if (auto s = ReadPlan(r, &plan); !s.ok()) return s;
   return plan;

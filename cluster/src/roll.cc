@@ -130,15 +130,9 @@ std::string EncodeRollJson(const RollPlan& p) {
 }
 
 absl::StatusOr<RollPlan> DecodeRollJson(std::string_view text, std::string_view key) {
-  if (text.size() > kMaxRollJsonSize) {
-    return absl::InvalidArgumentError(absl::StrCat("roll plan at ", Av(key), ": ", text.size(),
-                                                   " bytes, above the limit of ",
-                                                   kMaxRollJsonSize));
-  }
-  json obj = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
-  JsonFields r{obj, "roll plan at", key, 4096};
-  if (obj.is_discarded()) return r.Bad("not valid JSON");
-  if (!obj.is_object()) return r.Bad("not a JSON object");
+  auto obj = ParseJsonObject(text, kMaxRollJsonSize, "roll plan at", key);
+  if (!obj.ok()) return obj.status();
+  JsonFields r{*obj, "roll plan at", key, 4096};
   RollPlan plan;
   if (auto s = ReadPlan(r, &plan); !s.ok()) return s;
   return plan;
