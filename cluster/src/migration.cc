@@ -2,17 +2,15 @@
 
 #include <algorithm>
 #include <array>
-#include <ctime>
 #include <numeric>
-#include <random>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "json_fields.h"
 #include "kvnode/base/errno.h"
 #include "nlohmann/json.hpp"
+#include "plan_id.h"
 
 namespace kvnode::cluster {
 namespace {
@@ -485,14 +483,6 @@ absl::StatusOr<MigrationPlan> DecodeMigrationJson(std::string_view text, std::st
   return plan;
 }
 
-std::string NewMigrationId() {
-  std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char when[32];
-  std::strftime(when, sizeof when, "%Y%m%dT%H%M%S", &tm);
-  std::random_device rd;
-  return absl::StrFormat("m-%s-%04x", when, rd() & 0xffff);
-}
+std::string NewMigrationId() { return NewPlanId("m"); }
 
 }  // namespace kvnode::cluster

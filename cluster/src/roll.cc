@@ -1,16 +1,14 @@
 #include "kvnode/cluster/roll.h"
 
 #include <array>
-#include <ctime>
-#include <random>
 #include <set>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "json_fields.h"
 #include "kvnode/base/errno.h"
 #include "kvnode/proto/shard_map.h"
 #include "nlohmann/json.hpp"
+#include "plan_id.h"
 
 namespace kvnode::cluster {
 namespace {
@@ -183,14 +181,6 @@ RollVerdict Judge(const RollPlan& plan, const RollNode& entry,
   return v;
 }
 
-std::string NewRollId() {
-  std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char when[32];
-  std::strftime(when, sizeof when, "%Y%m%dT%H%M%S", &tm);
-  std::random_device rd;
-  return absl::StrFormat("r-%s-%04x", when, rd() & 0xffff);
-}
+std::string NewRollId() { return NewPlanId("r"); }
 
 }  // namespace kvnode::cluster
