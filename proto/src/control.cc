@@ -104,8 +104,22 @@ absl::Status EncodePayload(const Hello& m, uint16_t version, StringWriter& w) {
   return absl::OkStatus();
 }
 
+// The slot-words fields (kFeatureSlotWords): an 8-byte aligned table of
+// whole words. Where it lies in the arena is the client's to check.
+absl::Status CheckSlotWords(const Welcome& m) {
+  if ((m.features & kFeatureSlotWords) == 0) return absl::OkStatus();
+  if (m.slot_words_offset == 0 || m.slot_words_offset % 8 != 0 || m.slot_words_size == 0 ||
+      m.slot_words_size % 8 != 0 || m.slot_words_size > kMaxSlots) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "control: Welcome slot words at ", m.slot_words_offset, ", ", m.slot_words_size,
+        " bytes: want a non-zero 8-byte aligned offset and 8..", kMaxSlots, " whole words"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status EncodePayload(const Welcome& m, StringWriter& w) {
   if (m.client_id == 0) return absl::InvalidArgumentError("control: Welcome.client_id is 0");
+  if (auto s = CheckSlotWords(m); !s.ok()) return s;
   if (m.max_rpc_credits == 0) {
     return absl::InvalidArgumentError("control: Welcome.max_rpc_credits is 0");
   }
@@ -127,6 +141,10 @@ absl::Status EncodePayload(const Welcome& m, StringWriter& w) {
   w.U32(m.max_key_size);
   w.U32(m.max_value_size);
   PutString(w, m.index_geometry);
+  if ((m.features & kFeatureSlotWords) != 0) {
+    w.U64(m.slot_words_offset);
+    w.U32(m.slot_words_size);
+  }
   return absl::OkStatus();
 }
 
@@ -225,6 +243,12 @@ absl::StatusOr<ControlMessage> DecodeWelcome(Reader& r) {
   }
   if (!GetString(r, kMaxIndexGeometrySize, &m.index_geometry, &err, "Welcome.index_geometry")) {
     return err;
+  }
+  if ((m.features & kFeatureSlotWords) != 0) {
+    if (!r.U64(&m.slot_words_offset) || !r.U32(&m.slot_words_size)) {
+      return Truncated("Welcome slot words");
+    }
+    if (auto s = CheckSlotWords(m); !s.ok()) return s;
   }
   if (m.client_id == 0) return absl::InvalidArgumentError("control: Welcome.client_id is 0");
   if (m.max_rpc_credits == 0) {

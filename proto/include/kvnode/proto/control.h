@@ -92,7 +92,14 @@ struct QpInfo {
 // slot. The node then sends ShardMap frames and answers RpcStatus::kWrongShard
 // for keys of slots it does not own. A node outside a cluster never sets it.
 inline constexpr uint64_t kFeatureShardMap = uint64_t{1} << 0;
-inline constexpr uint64_t kKnownFeatures = kFeatureShardMap;
+// kFeatureSlotWords: the node keeps a slot ownership table in its arena (one
+// byte per slot, 1 while it serves the slot) and names it in the Welcome
+// (Welcome::slot_words_offset, slot_words_size); the client READs the word
+// holding a key's slot byte after every READ of a GET, in the same chain,
+// and takes the data only when the byte is 1. Only with kFeatureShardMap: a
+// node sets it in a Welcome only when both bits were asked for.
+inline constexpr uint64_t kFeatureSlotWords = uint64_t{1} << 1;
+inline constexpr uint64_t kKnownFeatures = kFeatureShardMap | kFeatureSlotWords;
 
 // The secret that proves a client owns its client id: given in the Welcome
 // that created the id, presented in every Hello that resumes it. 128 bits
@@ -127,6 +134,11 @@ struct Welcome {
   uint32_t max_key_size = 0;
   uint32_t max_value_size = 0;
   std::string index_geometry;  // opaque, encoded by kvnode::storage
+  // On the wire only when features has kFeatureSlotWords (an older peer
+  // never sees them); 0 otherwise. The table's arena offset (8-byte
+  // aligned) and its length in bytes (kMaxSlots, a multiple of 8).
+  uint64_t slot_words_offset = 0;
+  uint32_t slot_words_size = 0;
   friend bool operator==(const Welcome&, const Welcome&) = default;
 };
 
