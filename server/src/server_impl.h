@@ -132,9 +132,15 @@ class ServerImpl {
   void OnSessionCreated(uint64_t id, absl::StatusOr<SessionSetup> setup);
   void CloseReplaced(uint64_t old_id, const Conn& by);
   proto::Welcome MakeWelcome(const SessionSetup& setup, uint64_t hello_features) const;
-  // kFeatureShardMap when this node has a shard gate and `hello_features` asks for it.
+  // kFeatureShardMap when this node has a shard gate and `hello_features`
+  // asks for it, and then kFeatureSlotWords too when asked for.
   uint64_t SessionFeatures(uint64_t hello_features) const;
   void OnClientQp(Conn& c, const proto::QpInfo& qp);
+  // A cluster node that is the arena's writer: makes the slot-words table
+  // when the arena has none (cold start, a takeover from a build without
+  // it) and hands it to the data plane. A failure is logged: the node then
+  // serves without offering kFeatureSlotWords.
+  void EnsureSlotWords();
   void OnQpConnected(uint64_t id, const absl::Status& st, absl::Time connected_at);
   void OnMoveAck(Conn& c);
   // Shard map (ServerOptions::shard_gate): the current map to one ready
