@@ -64,6 +64,53 @@ class ImplTestPeer {
     c.closed_ = true;  // nothing to tear down: no device, no socket
     return state;
   }
+
+  // Slot 0 holds a GET whose home-bucket READ and the READ of its slot
+  // word (kFeatureSlotWords) have both completed on the current session.
+  // The bucket is empty: decoded, it says NotFound. The word's byte of the
+  // key's slot is `word`. Returns the slot's state afterwards, its status,
+  // and the client's reads_not_served.
+  struct WordedRead {
+    Slot::State state;
+    absl::Status status;
+    uint64_t not_served;
+  };
+  static WordedRead WordedReadDone(uint8_t word) {
+    Client::Impl c(ClientOptions{});
+    storage::Geometry g;
+    g.arena_size = 8 << 20;
+    g.index_offset = 4096;
+    g.bucket_count = 1024;
+    g.hash_seed = 7;
+    absl::StatusOr<rdma::HostMemory> mem =
+        rdma::HostMemory::Allocate((size_t{Client::Impl::kSlotStride} + 4095) / 4096 * 4096);
+    EXPECT_TRUE(mem.ok()) << mem.status();
+    c.slot_mem_ = *std::move(mem);
+    auto ses = std::make_unique<Session>();
+    ses->epoch = 1;
+    ses->geometry = g;
+    ses->state = SessionState::kUp;
+    ses->slot_words_offset = 1 << 20;
+    ses->welcome.arena_size = g.arena_size;
+    ses->welcome.max_rpc_message_size = 4096;
+    c.current_ = std::move(ses);
+    c.SetNumSlots(4096);
+    c.slots_.resize(1);
+    Slot& s = c.slots_[0];
+    s.state = Slot::State::kReading;
+    s.kind = OpKind::kGet;
+    s.key = "key";
+    s.epoch = 1;
+    s.deadline = absl::InfiniteFuture();
+    s.shard_slot = 13;
+    s.word_read = true;
+    s.step = storage::FirstRead(g, c.KeyHashOf(s, g));
+    const_cast<uint8_t*>(c.WordBuf(0))[13 % 8] = word;
+    c.OnReadDone(0, s, absl::Now());
+    WordedRead r{s.state, s.status, c.stats_.reads_not_served};
+    c.closed_ = true;
+    return r;
+  }
 };
 
 namespace {
@@ -79,6 +126,21 @@ TEST(ReadDone, StaleCachedReadOnARetiredSessionIsRequeued) {
   other->epoch = 2;
   other->state = SessionState::kUp;
   EXPECT_EQ(ImplTestPeer::StaleCachedReadDone(std::move(other)), Slot::State::kQueued);
+}
+
+// A READ whose slot word says the node does not serve the key's slot
+// (byte 0) is not decoded, whatever it holds: the GET goes to the node by
+// RPC (here queued for a credit) and is counted; with the byte 1 the same
+// bytes are the answer (an empty bucket: NotFound).
+TEST(ReadDone, ASlotWordOfZeroSendsTheGetToTheNode) {
+  const ImplTestPeer::WordedRead not_served = ImplTestPeer::WordedReadDone(0);
+  EXPECT_NE(not_served.state, Slot::State::kDone);
+  EXPECT_EQ(not_served.state, Slot::State::kQueued);
+  EXPECT_EQ(not_served.not_served, 1u);
+  const ImplTestPeer::WordedRead served = ImplTestPeer::WordedReadDone(1);
+  EXPECT_EQ(served.state, Slot::State::kDone);
+  EXPECT_TRUE(absl::IsNotFound(served.status)) << served.status;
+  EXPECT_EQ(served.not_served, 0u);
 }
 
 // The location cache is bounded, keyed by the whole hash (bucket and

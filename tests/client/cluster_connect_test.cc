@@ -71,13 +71,18 @@ enum class MapBy { kPush, kRequest, kNever };
 
 // The handshake of a member (features: what its Welcome offers), then its
 // map as `by` says; then it stays until the client closes.
+// With kFeatureSlotWords the Welcome names a table at `words_offset`.
 void PlayMember(int c, uint64_t features, MapBy by, const std::string* endpoint,
-                const std::array<uint8_t, 16>& gid) {
+                const std::array<uint8_t, 16>& gid, uint64_t words_offset = 4096) {
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
   proto::Welcome w;
   w.client_id = 5;
   w.server_generation = 1;
   w.features = features;
+  if ((features & proto::kFeatureSlotWords) != 0) {
+    w.slot_words_offset = words_offset;
+    w.slot_words_size = proto::kMaxSlots;
+  }
   w.server_qp.qpn = 17;  // nobody: no READ or SEND is ever posted to it
   w.server_qp.mtu = 3;
   w.server_qp.gid = gid;
@@ -125,7 +130,7 @@ TEST(ClusterConnect, PushedMapThenADeadOwnersKeyFailsAtOnce) {
   ASSERT_TRUE(cc.ok()) << cc.status();
   ClusterClient& c = **cc;
   ASSERT_TRUE(node.hello().has_value());
-  EXPECT_EQ(node.hello()->features, proto::kFeatureShardMap);
+  EXPECT_EQ(node.hello()->features, proto::kFeatureShardMap | proto::kFeatureSlotWords);
   EXPECT_EQ(c.map_epoch(), 3u);
   // (Whether the push beat map_wait, or a MapRequest fetched it, depends on
   // the machine's load: either way the map is the node's.)
@@ -163,12 +168,33 @@ TEST(ClusterConnect, NoPushInTimeAsksWithMapRequest) {
   FakeNode node(
       [&](int c) { PlayMember(c, proto::kFeatureShardMap, MapBy::kRequest, &endpoint, gid); });
   endpoint = node.endpoint();
-  absl::StatusOr<std::unique_ptr<ClusterClient>> cc =
-      ClusterClient::Connect(Options(dev, {endpoint}));
+  ClusterClientOptions o = Options(dev, {endpoint});
+  o.slot_words = false;  // and a client that does not ask for slot words
+  absl::StatusOr<std::unique_ptr<ClusterClient>> cc = ClusterClient::Connect(o);
   ASSERT_TRUE(cc.ok()) << cc.status();
+  ASSERT_TRUE(node.hello().has_value());
+  EXPECT_EQ(node.hello()->features, proto::kFeatureShardMap);
   EXPECT_EQ((*cc)->map_epoch(), 3u);
   EXPECT_EQ((*cc)->cluster_stats().map_requests, 1u);
   cc->reset();
+  ExpectNoVerbsObjects();
+}
+
+// A node whose Welcome puts its slot words outside its arena cannot be
+// read safely: the session is refused, and with it the only seed.
+TEST(ClusterConnect, SlotWordsOutsideTheArenaAreRefused) {
+  KVNODE_REQUIRE_DEVICE(dev);
+  const std::array<uint8_t, 16> gid = DeviceGid(dev);
+  std::string endpoint;
+  FakeNode node([&](int c) {
+    PlayMember(c, proto::kFeatureShardMap | proto::kFeatureSlotWords, MapBy::kPush, &endpoint, gid,
+               /*words_offset=*/(1 << 20) - 4096);
+  });
+  endpoint = node.endpoint();
+  absl::StatusOr<std::unique_ptr<ClusterClient>> cc =
+      ClusterClient::Connect(Options(dev, {endpoint}));
+  ASSERT_FALSE(cc.ok());
+  EXPECT_NE(cc.status().message().find("slot words at"), std::string::npos) << cc.status();
   ExpectNoVerbsObjects();
 }
 
