@@ -62,6 +62,9 @@ DEFINE_string(cluster, "",
 DEFINE_bool(follow_pushed_maps, true,
             "--cluster: take every shard map the nodes push; false keeps the map held until a "
             "WRONG_SHARD answer asks for a newer one (a client pinned to an old map)");
+DEFINE_bool(slot_words, true,
+            "--cluster: ask the nodes for slot words and check each READ against them; false "
+            "takes READs as they come (to measure what the check costs)");
 DEFINE_string(auth_token_file, "", "file holding the node's auth token (mode 0600)");
 DEFINE_string(rdma_device, "", "verbs device (default: the first ACTIVE one)");
 DEFINE_string(workload, "A", "YCSB workload: A (50% reads), B (95%), C (read only)");
@@ -624,6 +627,7 @@ absl::StatusOr<std::unique_ptr<C>> ConnectOne(const std::string& token, uint32_t
     o.seeds = SplitSeeds(FLAGS_cluster);
     o.base = MakeClientOptions(token, depth);
     o.follow_pushed_maps = FLAGS_follow_pushed_maps;
+    o.slot_words = FLAGS_slot_words;
     return ClusterClient::Connect(std::move(o));
   } else {
     return Client::Connect(MakeClientOptions(token, depth));
