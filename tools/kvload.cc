@@ -192,6 +192,7 @@ void AddClusterStats(const ClusterClient& c, ClusterStats* sum) {
   sum->map_epoch = std::max(sum->map_epoch, s.map_epoch);
   sum->maps_adopted += s.maps_adopted;
   sum->maps_ignored += s.maps_ignored;
+  sum->maps_dropped += s.maps_dropped;
   sum->map_requests += s.map_requests;
   sum->wrong_shard += s.wrong_shard;
   sum->reroutes += s.reroutes;
@@ -708,6 +709,7 @@ void AddClusterReport(const ClusterStats& c, const ClusterStats& before, nlohman
       {"map_epoch", c.map_epoch},
       {"maps_adopted", c.maps_adopted},
       {"maps_ignored", c.maps_ignored},
+      {"maps_dropped", c.maps_dropped},
       {"map_requests", c.map_requests},
       {"wrong_shard", c.wrong_shard - before.wrong_shard},
       {"reroutes", c.reroutes - before.reroutes},

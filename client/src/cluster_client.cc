@@ -267,6 +267,7 @@ void ClusterClient::Impl::TakeMaps(NodeConn& c) {
   for (const proto::ShardMap& m : c.impl->TakeMaps()) {
     ++c.maps_received;
     if (!options_.follow_pushed_maps && tracker_.has_map() && tracker_.epoch() >= want_map_epoch_) {
+      ++cstats_.maps_dropped;
       VLOG(1) << "kvclient: dropped a pushed shard map (epoch " << m.epoch << ") from " << c.node_id
               << ": pinned to epoch " << tracker_.epoch();
       continue;

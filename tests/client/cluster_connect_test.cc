@@ -7,7 +7,10 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <chrono>
 #include <cstring>
+#include <functional>
+#include <future>
 #include <memory>
 #include <optional>
 #include <string>
@@ -72,8 +75,10 @@ enum class MapBy { kPush, kRequest, kNever };
 // The handshake of a member (features: what its Welcome offers), then its
 // map as `by` says; then it stays until the client closes.
 // With kFeatureSlotWords the Welcome names a table at `words_offset`.
+// `then` runs after the map went out, before the member waits for the close.
 void PlayMember(int c, uint64_t features, MapBy by, const std::string* endpoint,
-                const std::array<uint8_t, 16>& gid, uint64_t words_offset = 4096) {
+                const std::array<uint8_t, 16>& gid, uint64_t words_offset = 4096,
+                const std::function<void()>& then = {}) {
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
   proto::Welcome w;
   w.client_id = 5;
@@ -103,6 +108,7 @@ void PlayMember(int c, uint64_t features, MapBy by, const std::string* endpoint,
     }
     ASSERT_TRUE(proto::WriteControl(c, proto::ShardMapMsg{TwoNodes(*endpoint)}, deadline).ok());
   }
+  if (then) then();
   WaitForClose(c);
 }
 
@@ -177,6 +183,46 @@ TEST(ClusterConnect, NoPushInTimeAsksWithMapRequest) {
   EXPECT_EQ((*cc)->map_epoch(), 3u);
   EXPECT_EQ((*cc)->cluster_stats().map_requests, 1u);
   cc->reset();
+  ExpectNoVerbsObjects();
+}
+
+// follow_pushed_maps: a map pushed after Connect is taken by a following
+// client and dropped (counted) by a pinned one, which keeps its epoch.
+TEST(ClusterConnect, APinnedClientDropsPushedMaps) {
+  KVNODE_REQUIRE_DEVICE(dev);
+  const std::array<uint8_t, 16> gid = DeviceGid(dev);
+  for (const bool follow : {false, true}) {
+    std::promise<void> connected;
+    std::shared_future<void> go = connected.get_future().share();
+    std::string endpoint;
+    FakeNode node([&](int c) {
+      PlayMember(c, proto::kFeatureShardMap, MapBy::kPush, &endpoint, gid, 4096, [&] {
+        ASSERT_EQ(go.wait_for(std::chrono::seconds(30)), std::future_status::ready);
+        proto::ShardMap next = TwoNodes(endpoint);
+        next.epoch = 4;
+        ASSERT_TRUE(
+            proto::WriteControl(c, proto::ShardMapMsg{next}, absl::Now() + absl::Seconds(30)).ok());
+      });
+    });
+    endpoint = node.endpoint();
+    ClusterClientOptions o = Options(dev, {endpoint});
+    o.follow_pushed_maps = follow;
+    absl::StatusOr<std::unique_ptr<ClusterClient>> cc = ClusterClient::Connect(o);
+    ASSERT_TRUE(cc.ok()) << cc.status();
+    ClusterClient& c = **cc;
+    EXPECT_EQ(c.map_epoch(), 3u);
+    connected.set_value();
+    const absl::Time deadline = absl::Now() + absl::Seconds(20);
+    while (absl::Now() < deadline &&
+           (follow ? c.map_epoch() != 4 : c.cluster_stats().maps_dropped == 0)) {
+      (void)c.Poll({});
+      c.Wait(absl::Now() + absl::Milliseconds(5));
+    }
+    EXPECT_EQ(c.map_epoch(), follow ? 4u : 3u) << "follow_pushed_maps " << follow;
+    EXPECT_EQ(c.cluster_stats().maps_dropped, follow ? 0u : 1u);
+    EXPECT_TRUE(c.Close().ok());
+    cc->reset();
+  }
   ExpectNoVerbsObjects();
 }
 

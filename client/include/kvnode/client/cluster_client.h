@@ -111,6 +111,7 @@ struct ClusterStats {
   uint64_t map_epoch = 0;
   uint64_t maps_adopted = 0;       // newer epochs, or the same epoch's new membership
   uint64_t maps_ignored = 0;       // older, invalid, inconsistent, other cluster
+  uint64_t maps_dropped = 0;       // pushed while follow_pushed_maps is off, not taken
   uint64_t map_requests = 0;       // MapRequests sent
   uint64_t wrong_shard = 0;        // WRONG_SHARD answers received
   uint64_t reroutes = 0;           // operations resubmitted after WRONG_SHARD
