@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -190,10 +191,60 @@ TEST_F(ShardServerTest, ClusterNodeServesItsSlotsAndPushesItsMap) {
   b_->dead = true;
 }
 
+// Slot words (docs/format.md "Slot words"): offered only to a Hello with
+// both cluster bits; a READ of the table shows the view the node serves:
+// the one published before it started as soon as it serves, and the next
+// one once its data plane has stored it.
+TEST_F(ShardServerTest, SlotWordsShowTheServedViewToReads) {
+  KVNODE_REQUIRE_DEVICE(dev);
+  auto gate = std::make_shared<ShardGate>();
+  auto view5 = ShardView::ForNode(Map(5, {"a", "b"}), "a");
+  gate->Publish(view5);  // as the agent publishes the persisted map
+  Start(dev, gate);
+  const uint64_t both = proto::kFeatureShardMap | proto::kFeatureSlotWords;
+  b_ = Open(proto::kFeatureSlotWords);  // without the shard map: nothing
+  EXPECT_EQ(b_->w.features, 0u);
+  c_ = Open(proto::kFeatureShardMap);
+  EXPECT_EQ(c_->w.features, proto::kFeatureShardMap);
+  EXPECT_EQ(c_->w.slot_words_offset, 0u);
+  EXPECT_EQ(ExpectMap(*c_).epoch, 5u);
+  a_ = Open(both);
+  ASSERT_EQ(a_->w.features, both);
+  EXPECT_EQ(ExpectMap(*a_).epoch, 5u);
+  const uint64_t off = a_->w.slot_words_offset;
+  ASSERT_NE(off, 0u);
+  ASSERT_EQ(a_->w.slot_words_size, proto::kMaxSlots);
+  EXPECT_EQ(gate->slot_words_epoch(), 5u) << "stored before the first session";
+
+  auto expect_words = [&](const ShardView& v) {
+    std::string words;
+    ASSERT_EQ(e2e::Read(*a_, off, proto::kMaxSlots, a_->w.rkey, &words), IBV_WC_SUCCESS);
+    uint32_t ones = 0;
+    for (uint32_t slot = 0; slot < proto::kMaxSlots; ++slot) {
+      ASSERT_EQ(words[slot], v.Owns(slot) ? 1 : 0) << "slot " << slot << ", epoch " << v.map.epoch;
+      ones += words[slot] == 1;
+    }
+    EXPECT_EQ(ones, v.slots_owned());
+  };
+  expect_words(*view5);
+
+  // The other half of the slots becomes a's.
+  auto view6 = ShardView::ForNode(Map(6, {"b", "a"}), "a");
+  gate->Publish(view6);
+  EXPECT_EQ(ExpectMap(*a_).epoch, 6u);
+  EXPECT_EQ(ExpectMap(*c_).epoch, 6u);
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (gate->slot_words_epoch() != 6 && absl::Now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));  // a condition with a deadline
+  }
+  ASSERT_EQ(gate->slot_words_epoch(), 6u);
+  expect_words(*view6);
+}
+
 TEST_F(ShardServerTest, WithoutAGateNothingChanges) {
   KVNODE_REQUIRE_DEVICE(dev);
   Start(dev, nullptr);
-  a_ = Open(proto::kFeatureShardMap);
+  a_ = Open(proto::kFeatureShardMap | proto::kFeatureSlotWords);
   EXPECT_EQ(a_->w.features, 0u);
   for (int i = 0; i < 20; ++i) {
     const std::string k = absl::StrCat("key-", i);
