@@ -231,16 +231,35 @@ TEST(ClusterConnect, APinnedClientDropsPushedMaps) {
 TEST(ClusterConnect, SlotWordsOutsideTheArenaAreRefused) {
   KVNODE_REQUIRE_DEVICE(dev);
   const std::array<uint8_t, 16> gid = DeviceGid(dev);
-  std::string endpoint;
-  FakeNode node([&](int c) {
-    PlayMember(c, proto::kFeatureShardMap | proto::kFeatureSlotWords, MapBy::kPush, &endpoint, gid,
-               /*words_offset=*/(1 << 20) - 4096);
-  });
-  endpoint = node.endpoint();
-  absl::StatusOr<std::unique_ptr<ClusterClient>> cc =
-      ClusterClient::Connect(Options(dev, {endpoint}));
-  ASSERT_FALSE(cc.ok());
-  EXPECT_NE(cc.status().message().find("slot words at"), std::string::npos) << cc.status();
+  std::optional<bool> sent_qp;
+  {
+    FakeNode node([&](int c) {
+      proto::Welcome w;
+      w.client_id = 5;
+      w.server_generation = 1;
+      w.features = proto::kFeatureShardMap | proto::kFeatureSlotWords;
+      w.slot_words_offset = (1 << 20) - 4096;  // 64 KiB from there run past the arena
+      w.slot_words_size = proto::kMaxSlots;
+      w.server_qp.qpn = 17;
+      w.server_qp.mtu = 3;
+      w.server_qp.gid = gid;
+      w.arena_size = 1 << 20;
+      w.max_rpc_credits = 4;
+      w.max_rpc_message_size = 4096;
+      const absl::Time deadline = absl::Now() + absl::Seconds(30);
+      ASSERT_TRUE(proto::WriteControl(c, w, deadline).ok());
+      // The client goes without a ClientQp: it will not use this node.
+      absl::StatusOr<proto::ControlMessage> m = proto::ReadControl(c, deadline);
+      sent_qp = m.ok() && std::holds_alternative<proto::ClientQp>(*m);
+      WaitForClose(c);
+    });
+    absl::StatusOr<std::unique_ptr<ClusterClient>> cc =
+        ClusterClient::Connect(Options(dev, {node.endpoint()}));
+    ASSERT_FALSE(cc.ok());
+    EXPECT_NE(cc.status().message().find("slot words at"), std::string::npos) << cc.status();
+  }  // the node's script has ended
+  ASSERT_TRUE(sent_qp.has_value());
+  EXPECT_FALSE(*sent_qp);
   ExpectNoVerbsObjects();
 }
 
