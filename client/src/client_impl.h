@@ -390,7 +390,8 @@ class Client::Impl {
   bool CanSend() const { return CanRead() && !current_->moving; }
   char* SendBuf(uint32_t idx) { return static_cast<char*>(slot_mem_.data()) + idx * kSlotStride; }
   char* ReadBuf(uint32_t idx) { return SendBuf(idx) + kSendBufSize; }
-  // Where the READ of a slot word lands (8 bytes after the read buffer).
+  // Where the READ of a slot word lands: the start of the kWordBufSize
+  // bytes after the read buffer.
   const uint8_t* WordBuf(uint32_t idx) {
     return reinterpret_cast<const uint8_t*>(ReadBuf(idx) + kReadBufSize);
   }
@@ -398,7 +399,7 @@ class Client::Impl {
  public:
   static constexpr uint32_t kSendBufSize = (proto::kMaxRpcMessageSize + 63) / 64 * 64;
   static constexpr uint32_t kReadBufSize = (storage::kMaxObjectSize + 63) / 64 * 64;
-  static constexpr uint32_t kWordBufSize = 64;  // one 8-byte word, a cache line apart
+  static constexpr uint32_t kWordBufSize = 64;  // the 8-byte word, in a cache line of its own
   static constexpr uint32_t kSlotStride = kSendBufSize + kReadBufSize + kWordBufSize;
   static constexpr uint32_t kRecvBufSize = kSendBufSize;
 
