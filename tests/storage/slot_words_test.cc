@@ -93,6 +93,30 @@ TEST(SlotWordsTest, MadeZeroedAndAlignedAndKeptByReattachAndRecovery) {
   EXPECT_EQ(NonZero(**s), 2u);
 }
 
+// An arena kept by a restart of a build without the table (here: a store
+// that never asked for it) gets it from the next writer that does, in
+// place: reattached, not rebuilt, every key still read from the arena.
+TEST(SlotWordsTest, AReattachedArenaWithoutOneGetsItFromItsWriter) {
+  TempStore t;
+  {
+    auto s = Store::Open(t.options);
+    ASSERT_TRUE(s.ok()) << s.status();
+    Fill(**s, 300);
+    ASSERT_TRUE((*s)->Close().ok());
+  }
+  auto s = Store::Open(t.options);
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_EQ((*s)->opened_as(), Store::OpenedAs::kReattached) << (*s)->open_reason();
+  EXPECT_EQ((*s)->arena().slot_words_offset(), 0u);
+  absl::StatusOr<uint64_t> off = (*s)->EnsureSlotWords();
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_NE(*off, 0u);
+  EXPECT_EQ(NonZero(**s), 0u);
+  ExpectAll(**s, 300);
+  ASSERT_TRUE((*s)->Put(Key(1), "after").ok());
+  EXPECT_EQ((*s)->Get(Key(1))->value, "after");
+}
+
 // A rebuild makes a new arena: no table until its writer asks for one.
 TEST(SlotWordsTest, ARebuiltArenaStartsWithout) {
   TempStore t;
