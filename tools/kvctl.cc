@@ -5,8 +5,9 @@
 // Commands: ping, stats, metrics (Prometheus text), mrs, clients, memory,
 // upgrade [--binary PATH] [--no_wait] [--timeout_s N], drain [SECONDS],
 // check (the arena against RocksDB: exit 1 when a problem is found);
-// and, against etcd rather than a node, cluster init|status|roll|forget-node
-// (kvctl_cluster.h, kvctl_roll.h).
+// and, against etcd rather than a node, cluster init|status|roll|forget-node|
+// add-node|remove-node|rebalance (kvctl_cluster.h, kvctl_roll.h,
+// kvctl_migrate.h).
 // Human-readable output by default, the node's raw JSON with --json. Exit
 // status: 0 ok, 1 the node answered an error (for `upgrade`: refused or
 // rolled back), 2 no answer (not running, wrong socket, time-out) or bad
@@ -44,7 +45,9 @@ DECLARE_string(helpmatch);
 DEFINE_string(admin_socket, "",
               "the node's admin socket (default: the first existing of /run/kvnode/admin.sock, "
               "$XDG_RUNTIME_DIR/kvnode/admin.sock, /tmp/kvnode-$UID/admin.sock)");
-DEFINE_bool(json, false, "print the node's JSON answer as is (for scripts)");
+DEFINE_bool(json, false,
+            "print the node's JSON answer as is (for scripts); cluster status and the "
+            "migration dry runs: their JSON");
 DEFINE_int32(timeout_ms, 5000, "give up when the node has not answered within this time");
 DEFINE_string(binary, "", "upgrade: the new binary (default: the node's --upgrade_binary)");
 DEFINE_bool(no_wait, false,
@@ -353,7 +356,13 @@ int main(int argc, char** argv) {
       "  kvctl cluster roll --binary PATH [--build_id ID] [--max_unavailable 1] [--gate_s 10]\n"
       "                     [--dry_run] --etcd_endpoints E --cluster NAME  (live-upgrade every\n"
       "                              node in turn; exit 0 done, 1 stopped or refused, 3 paused)\n"
-      "  kvctl cluster roll --resume | --abort --etcd_endpoints E --cluster NAME");
+      "  kvctl cluster roll --resume | --abort --etcd_endpoints E --cluster NAME\n"
+      "  kvctl cluster add-node ID | remove-node ID | rebalance --dry_run\n"
+      "                     [--max_slots_per_move 64] [--rate_mb_s 0] [--json]\n"
+      "                     --etcd_endpoints E --cluster NAME  (the slot-migration plan: which\n"
+      "                              slots would move from which node to which, and each\n"
+      "                              node's slots before and after; nothing is written. Moving\n"
+      "                              slots is not built yet: without --dry_run, exit 2)");
   // --help lists this program's own flags; --helpfull adds gflags' and glog's.
   gflags::ParseCommandLineNonHelpFlags(&argc, &argv, true);
   if (FLAGS_help) {

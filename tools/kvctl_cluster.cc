@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "kvctl_migrate.h"
 #include "kvctl_roll.h"
 #include "kvnode/cluster/admin.h"
 #include "kvnode/cluster/etcd_client.h"
@@ -41,6 +42,25 @@ int Init(cluster::EtcdClient& etcd) {
 
 std::string Or(const std::string& s) { return s.empty() ? "-" : s; }
 
+// "migration m-...: add_node d, running, 3 of 18 moves done, 171 of 1024
+// slots moved[: reason]".
+std::string MigrationLine(const cluster::MigrationPlan& p) {
+  size_t done = 0;
+  uint64_t slots = 0, moved = 0;
+  for (const auto& m : p.moves) {
+    slots += m.slots();
+    if (m.state == cluster::MoveState::kDone) {
+      ++done;
+      moved += m.slots();
+    }
+  }
+  return absl::StrCat("migration ", p.migration_id, ": ",
+                      std::string(cluster::MigrationKindName(p.kind)), p.node.empty() ? "" : " ",
+                      p.node, ", ", std::string(cluster::MigrationStateName(p.state)), ", ", done,
+                      " of ", p.moves.size(), " moves done, ", moved, " of ", slots, " slots moved",
+                      p.reason.empty() ? "" : ": ", p.reason);
+}
+
 void PrintStatus(const ClusterStatus& s) {
   std::printf("cluster %s: ", s.cluster.c_str());
   if (s.map) {
@@ -66,6 +86,10 @@ void PrintStatus(const ClusterStatus& s) {
                 r.build_id.c_str(), r.reason.empty() ? "" : ": ", r.reason.c_str());
   }
   if (!s.roll_error.empty()) std::printf("roll error: %s\n", s.roll_error.c_str());
+  if (s.migration) std::printf("%s\n", MigrationLine(*s.migration).c_str());
+  if (!s.migration_error.empty()) {
+    std::printf("migration error: %s\n", s.migration_error.c_str());
+  }
   std::printf("%-16s %-10s %-5s %-14s %-6s %-6s %-21s %s\n", "NODE", "STATE", "GEN", "VERSION",
               "LEASE", "SLOTS", "ENDPOINT", "BUILD");
   for (const auto& n : s.nodes) {
@@ -95,11 +119,12 @@ int Forget(cluster::EtcdClient& etcd, const std::string& node_id) {
 
 int ClusterCommand(const std::vector<std::string>& args, bool json) {
   const bool forget = args.size() == 2 && args[0] == "forget-node";
-  if (!forget &&
+  const bool migrate = !args.empty() && IsMigrateVerb(args[0]);
+  if (!forget && !migrate &&
       (args.size() != 1 || (args[0] != "init" && args[0] != "status" && args[0] != "roll"))) {
     return Fail(2,
-                "usage: kvctl cluster init|status|roll|forget-node ID --etcd_endpoints E "
-                "--cluster NAME");
+                "usage: kvctl cluster init|status|roll|forget-node ID|add-node ID|"
+                "remove-node ID|rebalance --etcd_endpoints E --cluster NAME");
   }
   if (FLAGS_cluster.empty()) return Fail(2, "--cluster is required");
   auto endpoints = cluster::ParseEndpoints(FLAGS_etcd_endpoints);
@@ -111,6 +136,7 @@ int ClusterCommand(const std::vector<std::string>& args, bool json) {
   if (args[0] == "init") return Init(**etcd);
   if (forget) return Forget(**etcd, args[1]);
   if (args[0] == "roll") return RollCommand(**etcd, FLAGS_cluster);
+  if (migrate) return MigrateCommand(**etcd, FLAGS_cluster, args, json);
   auto status = cluster::ReadClusterStatus(**etcd, FLAGS_cluster);
   if (!status.ok()) return Fail(2, std::string(status.status().message()));
   if (json) {

@@ -2,6 +2,9 @@
 //
 //   kvctl cluster init --etcd_endpoints E --cluster NAME --nodes a,b,c [--slots 4096]
 //   kvctl cluster status --etcd_endpoints E --cluster NAME [--json]
+//   kvctl cluster forget-node ID --etcd_endpoints E --cluster NAME
+//   kvctl cluster roll ...                          (kvctl_roll.h)
+//   kvctl cluster add-node|remove-node|rebalance ... (kvctl_migrate.h)
 #ifndef KVNODE_TOOLS_KVCTL_CLUSTER_H_
 #define KVNODE_TOOLS_KVCTL_CLUSTER_H_
 

@@ -30,7 +30,8 @@ DEFINE_bool(resume, false,
 DEFINE_bool(abort, false,
             "cluster roll: abort the unfinished roll (an upgrade under way "
             "completes or rolls back on its own)");
-DEFINE_bool(dry_run, false, "cluster roll: show the plan, change nothing");
+DEFINE_bool(dry_run, false,
+            "cluster roll|add-node|remove-node|rebalance: show the plan, change nothing");
 DEFINE_uint32(node_timeout_s, 300,
               "cluster roll: a node without an outcome this long after its intent fails the roll");
 DEFINE_uint32(etcd_wait_s, 60,

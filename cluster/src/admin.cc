@@ -38,6 +38,14 @@ void ReadKvs(const RangeResult& range, std::string_view cluster, Scan* scan, Clu
         out->roll_error = std::string(roll.status().message());
       continue;
     }
+    if (kv.key == MigrationKey(cluster)) {
+      auto plan = DecodeMigrationJson(kv.value, kv.key);
+      if (plan.ok())
+        out->migration = std::move(*plan);
+      else
+        out->migration_error = std::string(plan.status().message());
+      continue;
+    }
     std::optional<std::string> id = NodeIdOfMemberKey(cluster, kv.key);
     if (!id) continue;
     auto m = DecodeMemberJson(kv.value, kv.key, *id);
@@ -166,6 +174,8 @@ std::string ClusterStatusJson(const ClusterStatus& s) {
   if (!s.member_errors.empty()) out["member_errors"] = s.member_errors;
   if (s.roll) out["roll"] = json::parse(EncodeRollJson(*s.roll));
   if (!s.roll_error.empty()) out["roll_error"] = s.roll_error;
+  if (s.migration) out["migration"] = json::parse(EncodeMigrationJson(*s.migration));
+  if (!s.migration_error.empty()) out["migration_error"] = s.migration_error;
   return out.dump();
 }
 

@@ -49,6 +49,12 @@ class GrpcEtcdClient final : public EtcdClient {
   absl::StatusOr<CasResult> PutIfGuarded(std::string_view key, std::string_view value,
                                          bool by_create, int64_t expected_revision,
                                          const ValueGuard& guard, int64_t lease) override;
+  absl::StatusOr<CasResult> PutIfModRevisions(std::string_view key, std::string_view value,
+                                              int64_t expected_mod_revision,
+                                              std::string_view guard_key,
+                                              int64_t guard_mod_revision) override;
+  absl::StatusOr<CasResult> PutBothIfModRevisions(const RevisionedPut& first,
+                                                  const RevisionedPut& second) override;
   absl::StatusOr<CasResult> DeleteUnlessExists(std::string_view key,
                                                std::string_view unless_key) override;
   absl::StatusOr<LeaseGrantResult> LeaseGrant(int64_t ttl_s) override;

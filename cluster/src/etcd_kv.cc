@@ -147,6 +147,45 @@ absl::StatusOr<CasResult> GrpcEtcdClient::PutIfGuarded(std::string_view key, std
   return Txn(req, key);
 }
 
+absl::StatusOr<CasResult> GrpcEtcdClient::PutIfModRevisions(std::string_view key,
+                                                            std::string_view value,
+                                                            int64_t expected_mod_revision,
+                                                            std::string_view guard_key,
+                                                            int64_t guard_mod_revision) {
+  etcdserverpb::TxnRequest req;
+  for (auto [k, rev] : {std::pair{key, expected_mod_revision}, {guard_key, guard_mod_revision}}) {
+    auto* cmp = req.add_compare();
+    cmp->set_result(etcdserverpb::Compare::EQUAL);
+    cmp->set_key(std::string(k));
+    cmp->set_target(etcdserverpb::Compare::MOD);
+    cmp->set_mod_revision(rev);
+  }
+  auto* put = req.add_success()->mutable_request_put();
+  put->set_key(std::string(key));
+  put->set_value(std::string(value));
+  req.add_failure()->mutable_request_range()->set_key(std::string(key));
+  req.add_failure()->mutable_request_range()->set_key(std::string(guard_key));
+  return Txn(req, key);
+}
+
+absl::StatusOr<CasResult> GrpcEtcdClient::PutBothIfModRevisions(const RevisionedPut& first,
+                                                                const RevisionedPut& second) {
+  etcdserverpb::TxnRequest req;
+  for (const RevisionedPut* p : {&first, &second}) {
+    auto* cmp = req.add_compare();
+    cmp->set_result(etcdserverpb::Compare::EQUAL);
+    cmp->set_key(p->key);
+    cmp->set_target(etcdserverpb::Compare::MOD);
+    cmp->set_mod_revision(p->expected_mod_revision);
+    auto* put = req.add_success()->mutable_request_put();
+    put->set_key(p->key);
+    put->set_value(p->value);
+  }
+  req.add_failure()->mutable_request_range()->set_key(first.key);
+  req.add_failure()->mutable_request_range()->set_key(second.key);
+  return Txn(req, first.key);
+}
+
 absl::StatusOr<CasResult> GrpcEtcdClient::DeleteUnlessExists(std::string_view key,
                                                              std::string_view unless_key) {
   etcdserverpb::TxnRequest req;

@@ -33,6 +33,14 @@ std::string RollLockKey(std::string_view cluster) {
   return absl::StrCat(ClusterPrefix(cluster), "roll-lock");
 }
 
+std::string MigrationKey(std::string_view cluster) {
+  return absl::StrCat(ClusterPrefix(cluster), "migration");
+}
+
+std::string MigrationLockKey(std::string_view cluster) {
+  return absl::StrCat(ClusterPrefix(cluster), "migration-lock");
+}
+
 std::optional<std::string> NodeIdOfMemberKey(std::string_view cluster, std::string_view key) {
   const std::string prefix = MembersPrefix(cluster);
   if (key.size() <= prefix.size() || key.substr(0, prefix.size()) != prefix) return std::nullopt;

@@ -18,7 +18,32 @@ using nlohmann::json;
 constexpr std::array<std::string_view, 4> kStateNames = {"starting", "serving", "draining",
                                                          "upgrading"};
 
-// "health" and "roll": absent in a member of an older build.
+constexpr std::array<std::string_view, 2> kMoveReportStateNames = {"copying", "failed"};
+
+absl::Status ReadMigration(const JsonFields& r, const json& j, Member* m) {
+  if (!j.is_object()) return r.Bad("field 'migration' must be an object");
+  JsonFields mr = r.Nested(j);
+  MigrationReport report;
+  uint64_t first = 0;
+  std::string state;
+  for (auto s :
+       {mr.String("id", &report.id), mr.Uint("first", &first), mr.Uint("attempt", &report.attempt),
+        mr.String("state", &state), mr.Uint("keys", &report.keys), mr.Uint("bytes", &report.bytes),
+        mr.String("reason", &report.reason)}) {
+    if (!s.ok()) return s;
+  }
+  if (first >= proto::kMaxSlots) {
+    return r.Bad(absl::StrCat("migration.first ", first, " is beyond the last slot"));
+  }
+  report.first = static_cast<uint32_t>(first);
+  auto parsed = ParseMoveReportState(state);
+  if (!parsed) return r.Bad(absl::StrCat("unknown migration.state '", state, "'"));
+  report.state = *parsed;
+  m->migration = std::move(report);
+  return absl::OkStatus();
+}
+
+// "health", "roll" and "migration": absent in a member of an older build.
 absl::Status ReadOptional(const JsonFields& r, Member* m) {
   if (auto it = r.obj.find("health"); it != r.obj.end()) {
     if (!it->is_object()) return r.Bad("field 'health' must be an object");
@@ -40,6 +65,7 @@ absl::Status ReadOptional(const JsonFields& r, Member* m) {
     }
     m->roll = std::move(roll);
   }
+  if (auto it = r.obj.find("migration"); it != r.obj.end()) return ReadMigration(r, *it, m);
   return absl::OkStatus();
 }
 
@@ -73,6 +99,17 @@ std::optional<MemberState> ParseMemberState(std::string_view name) {
   return std::nullopt;
 }
 
+std::string_view MoveReportStateName(MoveReportState state) {
+  return kMoveReportStateNames[static_cast<size_t>(state)];
+}
+
+std::optional<MoveReportState> ParseMoveReportState(std::string_view name) {
+  for (size_t i = 0; i < kMoveReportStateNames.size(); ++i) {
+    if (kMoveReportStateNames[i] == name) return static_cast<MoveReportState>(i);
+  }
+  return std::nullopt;
+}
+
 std::string EncodeMemberJson(const Member& m) {
   json j = {{"node_id", m.node_id},
             {"endpoint", m.endpoint},
@@ -93,20 +130,23 @@ std::string EncodeMemberJson(const Member& m) {
                  {"outcome", m.roll->outcome},
                  {"reason", m.roll->reason}};
   }
+  if (m.migration) {
+    j["migration"] = {{"id", m.migration->id},
+                      {"first", m.migration->first},
+                      {"attempt", m.migration->attempt},
+                      {"state", std::string(MoveReportStateName(m.migration->state))},
+                      {"keys", m.migration->keys},
+                      {"bytes", m.migration->bytes},
+                      {"reason", m.migration->reason}};
+  }
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 absl::StatusOr<Member> DecodeMemberJson(std::string_view text, std::string_view key,
                                         std::string_view expected_node_id) {
-  if (text.size() > kMaxMemberJsonSize) {
-    return absl::InvalidArgumentError(absl::StrCat("member at ", Av(key), ": ", text.size(),
-                                                   " bytes, above the limit of ",
-                                                   kMaxMemberJsonSize));
-  }
-  json obj = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
-  JsonFields r{obj, "member at", key, kMaxMemberFieldSize};
-  if (obj.is_discarded()) return r.Bad("not valid JSON");
-  if (!obj.is_object()) return r.Bad("not a JSON object");
+  auto obj = ParseJsonObject(text, kMaxMemberJsonSize, "member at", key);
+  if (!obj.ok()) return obj.status();
+  JsonFields r{*obj, "member at", key, kMaxMemberFieldSize};
   Member m;
   if (auto s = ReadFields(r, &m); !s.ok()) return s;
   if (auto s = proto::CheckName(m.node_id, proto::kMaxNodeIdSize, "node_id"); !s.ok()) {

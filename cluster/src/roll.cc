@@ -1,16 +1,14 @@
 #include "kvnode/cluster/roll.h"
 
 #include <array>
-#include <ctime>
-#include <random>
 #include <set>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "json_fields.h"
 #include "kvnode/base/errno.h"
 #include "kvnode/proto/shard_map.h"
 #include "nlohmann/json.hpp"
+#include "plan_id.h"
 
 namespace kvnode::cluster {
 namespace {
@@ -130,15 +128,9 @@ std::string EncodeRollJson(const RollPlan& p) {
 }
 
 absl::StatusOr<RollPlan> DecodeRollJson(std::string_view text, std::string_view key) {
-  if (text.size() > kMaxRollJsonSize) {
-    return absl::InvalidArgumentError(absl::StrCat("roll plan at ", Av(key), ": ", text.size(),
-                                                   " bytes, above the limit of ",
-                                                   kMaxRollJsonSize));
-  }
-  json obj = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
-  JsonFields r{obj, "roll plan at", key, 4096};
-  if (obj.is_discarded()) return r.Bad("not valid JSON");
-  if (!obj.is_object()) return r.Bad("not a JSON object");
+  auto obj = ParseJsonObject(text, kMaxRollJsonSize, "roll plan at", key);
+  if (!obj.ok()) return obj.status();
+  JsonFields r{*obj, "roll plan at", key, 4096};
   RollPlan plan;
   if (auto s = ReadPlan(r, &plan); !s.ok()) return s;
   return plan;
@@ -189,14 +181,6 @@ RollVerdict Judge(const RollPlan& plan, const RollNode& entry,
   return v;
 }
 
-std::string NewRollId() {
-  std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char when[32];
-  std::strftime(when, sizeof when, "%Y%m%dT%H%M%S", &tm);
-  std::random_device rd;
-  return absl::StrFormat("r-%s-%04x", when, rd() & 0xffff);
-}
+std::string NewRollId() { return NewPlanId("r"); }
 
 }  // namespace kvnode::cluster

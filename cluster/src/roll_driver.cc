@@ -1,84 +1,39 @@
 #include "kvnode/cluster/roll_driver.h"
 
-#include <atomic>
-#include <condition_variable>
-#include <mutex>
-#include <thread>
+#include <memory>
 #include <tuple>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "driver_keys.h"
+#include "etcd_retry.h"
+#include "kept_lease.h"
 #include "kvnode/base/errno.h"
 #include "kvnode/cluster/keys.h"
-#include "kvnode/cluster/map_json.h"
-#include "nlohmann/json.hpp"
+#include "kvnode/cluster/migration.h"
 
 namespace kvnode::cluster {
 namespace {
 
 using base::Av;
-using nlohmann::json;
-
-bool Retryable(const absl::Status& s) {
-  return absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s);
-}
 
 int64_t NowMs() { return absl::ToUnixMillis(absl::Now()); }
-
-// The roll's lock: RollLockKey created under a lease this process keeps
-// alive from its own thread (contract 1). Lost() once a renewal found the
-// lease gone.
-class RollLock {
- public:
-  RollLock(EtcdClient& etcd, int64_t lease, absl::Duration every)
-      : etcd_(etcd), lease_(lease), thread_([this, every] { KeepAlive(every); }) {}
-  ~RollLock() {
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-    (void)etcd_.LeaseRevoke(lease_);  // the lock key goes with it
-  }
-  bool Lost() const { return lost_.load(); }
-
- private:
-  void KeepAlive(absl::Duration every) {
-    const auto period = absl::ToChronoMilliseconds(every);
-    std::unique_lock<std::mutex> l(mu_);
-    while (!cv_.wait_for(l, period, [this] { return stop_; })) {
-      l.unlock();
-      auto ttl = etcd_.LeaseKeepAliveOnce(lease_);
-      if (!ttl.ok() && absl::IsNotFound(ttl.status())) lost_ = true;
-      l.lock();
-    }
-  }
-
-  EtcdClient& etcd_;
-  const int64_t lease_;
-  // std::mutex, not absl::Mutex: TSan sees it (base/annotated_mutex.h).
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;  // under mu_
-  std::atomic<bool> lost_{false};
-  std::thread thread_;
-};
 
 class Driver {
  public:
   Driver(EtcdClient& etcd, const RollOptions& o, const RollProgressFn& progress)
-      : etcd_(etcd), o_(o), progress_(progress), roll_key_(RollKey(o.cluster)) {}
+      : etcd_(etcd),
+        o_(o),
+        progress_(progress),
+        roll_key_(RollKey(o.cluster)),
+        retry_(o.etcd_wait, o.poll, "the roll is paused, ", "etcd answers again: the roll goes on",
+               [this](const std::string& event) { Say(event); }) {}
 
   RollOutcome Run();
 
  private:
-  // An etcd call, retried while etcd is unreachable, up to etcd_wait
-  // (contract 3).
-  template <typename F>
-  auto Call(F f) -> decltype(f());
   void Say(const std::string& event) {
     if (progress_) progress_(seen_, event);
   }
@@ -95,7 +50,10 @@ class Driver {
   }
 
   absl::Status Read();
-  absl::Status WritePlan();
+  // guard_migration: also require the migration plan's key at the
+  // revision Read saw (a roll starts or resumes only against a migration
+  // plan not running: contract 4).
+  absl::Status WritePlan(bool guard_migration = false);
   absl::Status TakeLock();
   absl::StatusOr<RollPlan> NewPlan();
   RollOutcome Abort();
@@ -111,72 +69,53 @@ class Driver {
   const RollOptions& o_;
   const RollProgressFn& progress_;
   const std::string roll_key_;
-  std::unique_ptr<RollLock> lock_;
+  EtcdRetry retry_;                  // every etcd call but the lock's refusal path (contract 3)
+  std::unique_ptr<KeptLease> lock_;  // the roll's lock (RollLockKey), contract 1
   RollSnapshot seen_;
   bool have_plan_ = false;
   int64_t plan_rev_ = 0;
   std::optional<proto::ShardMap> map_;
   std::string map_error_;
-  bool etcd_lost_ = false;
+  // The slot migration whose plan is running, if any: a roll neither
+  // starts nor resumes meanwhile (docs/cluster.md, "Slot migration",
+  // invariant 6).
+  std::string migration_running_;
+  int64_t migration_rev_ = 0;  // its key's mod_revision as read; 0: none
 };
 
-template <typename F>
-auto Driver::Call(F f) -> decltype(f()) {
-  const absl::Time start = absl::Now();
-  for (;;) {
-    auto r = f();
-    if (r.ok() || !Retryable(r.status())) {
-      if (etcd_lost_) {
-        etcd_lost_ = false;
-        Say("etcd answers again: the roll goes on");
-      }
-      return r;
-    }
-    if (!etcd_lost_) {
-      etcd_lost_ = true;
-      Say(absl::StrCat("etcd unavailable (", r.status().message(), "): the roll is paused, ",
-                       "retrying for ", absl::FormatDuration(o_.etcd_wait)));
-    }
-    if (absl::Now() - start > o_.etcd_wait) return r;
-    absl::SleepFor(o_.poll);  // retry backoff, not a synchronisation
-  }
-}
-
 absl::Status Driver::Read() {
-  auto range = Call([&] { return etcd_.GetPrefix(ClusterPrefix(o_.cluster)); });
-  if (!range.ok()) return range.status();
-  seen_.members.clear();
+  auto c = ReadCluster(etcd_, retry_, o_.cluster);
+  if (!c.ok()) return c.status();
+  seen_.members = std::move(c->members);
+  map_ = std::move(c->map);
+  map_error_ = std::move(c->map_error);
+  migration_running_.clear();
+  if (c->migration && c->migration->ok() && (*c->migration)->state == MigrationState::kRunning) {
+    migration_running_ = (*c->migration)->migration_id;
+  }
+  migration_rev_ = c->migration_rev;
   have_plan_ = false;
   plan_rev_ = 0;
-  map_.reset();
-  map_error_ = "no map (kvctl cluster init)";
-  for (const KeyValue& kv : range->kvs) {
-    if (kv.key == MapKey(o_.cluster)) {
-      auto m = DecodeMapJson(kv.value, o_.cluster);
-      map_error_ = m.ok() ? "" : std::string(m.status().message());
-      if (m.ok()) map_ = std::move(*m);
-    } else if (kv.key == roll_key_) {
-      auto p = DecodeRollJson(kv.value, kv.key);
-      if (!p.ok()) return p.status();
-      seen_.plan = std::move(*p);
-      have_plan_ = true;
-      plan_rev_ = kv.mod_revision;
-    } else if (auto id = NodeIdOfMemberKey(o_.cluster, kv.key)) {
-      auto m = DecodeMemberJson(kv.value, kv.key, *id);
-      if (m.ok()) seen_.members[*id] = std::move(*m);  // else: not alive
-    }
+  if (c->roll) {
+    if (!c->roll->ok()) return c->roll->status();
+    seen_.plan = std::move(**c->roll);
+    have_plan_ = true;
+    plan_rev_ = c->roll_rev;
   }
   return absl::OkStatus();
 }
 
-absl::Status Driver::WritePlan() {
-  if (lock_ && lock_->Lost()) {
-    return absl::UnavailableError("this kvctl lost the roll's lock (its lease expired)");
-  }
-  const std::string value = EncodeRollJson(seen_.plan);
-  auto r = Call([&] { return etcd_.PutIfModRevision(roll_key_, value, plan_rev_); });
+absl::Status Driver::WritePlan(bool guard_migration) {
+  const std::string migration_key = MigrationKey(o_.cluster);
+  auto r = CasPlan(etcd_, retry_, lock_.get(), "roll", roll_key_, EncodeRollJson(seen_.plan),
+                   plan_rev_, guard_migration ? migration_key : "", migration_rev_);
   if (!r.ok()) return r.status();
   if (!r->applied) {
+    if (guard_migration && (r->guard ? r->guard->mod_revision : 0) != migration_rev_) {
+      return absl::AbortedError(absl::StrCat("refused: a slot migration's plan was written at ",
+                                             migration_key,
+                                             " while this roll started; see kvctl cluster status"));
+    }
     return absl::AbortedError(
         absl::StrCat("the plan at ", roll_key_, " changed under this kvctl; stopped"));
   }
@@ -186,38 +125,22 @@ absl::Status Driver::WritePlan() {
 }
 
 absl::Status Driver::TakeLock() {
-  const std::string key = RollLockKey(o_.cluster);
-  const absl::Time deadline = absl::Now() + o_.lock_wait;
-  auto lease = Call([&] { return etcd_.LeaseGrant(o_.lock_ttl_s); });
-  if (!lease.ok()) return lease.status();
-  const std::string value = json{{"holder", o_.holder}}.dump();
-  for (;;) {
-    auto r = Call([&] { return etcd_.PutIfModRevision(key, value, 0, lease->id); });
-    if (!r.ok()) return r.status();
-    if (r->applied) break;
-    std::string holder = "another kvctl";
-    if (r->current) {
-      json j = json::parse(r->current->value, nullptr, false);
-      if (j.is_object() && j.contains("holder") && j["holder"].is_string()) {
-        holder = j["holder"].get<std::string>();
-      }
-    }
-    // A new roll is refused at once; --resume and --abort wait for the lock
-    // of a driver that died to expire with its lease.
-    if (o_.mode == RollMode::kStart || absl::Now() > deadline) {
-      (void)etcd_.LeaseRevoke(lease->id);
-      std::string id = "";
-      if (auto p = etcd_.Get(roll_key_); p.ok() && *p) {
-        auto plan = DecodeRollJson((*p)->value, roll_key_);
-        if (plan.ok()) id = absl::StrCat(" roll ", plan->roll_id);
-      }
-      return absl::FailedPreconditionError(absl::StrCat(
-          "refused:", id, " is being driven by ", holder, " (lock ", key,
-          "); wait for it, or, if it died, kvctl cluster roll --resume once its lease ends"));
-    }
-    absl::SleepFor(o_.poll);  // waiting for a lease to run out, with a deadline
-  }
-  lock_ = std::make_unique<RollLock>(etcd_, lease->id, absl::Seconds(o_.lock_ttl_s) / 3);
+  DriverLock l;
+  l.key = RollLockKey(o_.cluster);
+  l.holder = o_.holder;
+  l.wait = o_.mode != RollMode::kStart;
+  l.lock_wait = o_.lock_wait;
+  l.poll = o_.poll;
+  l.lock_ttl_s = o_.lock_ttl_s;
+  l.plan_key = roll_key_;
+  l.plan_name = [this](const std::string& value) {
+    auto plan = DecodeRollJson(value, roll_key_);
+    return plan.ok() ? absl::StrCat(" roll ", plan->roll_id) : std::string();
+  };
+  l.resume = "kvctl cluster roll --resume";
+  auto lock = TakeDriverLock(etcd_, retry_, l);
+  if (!lock.ok()) return lock.status();
+  lock_ = std::move(*lock);
   return absl::OkStatus();
 }
 
@@ -247,16 +170,9 @@ absl::StatusOr<RollPlan> Driver::NewPlan() {
 
 std::string Driver::Unhealthy() const {
   if (!map_) return map_error_;
-  std::vector<std::string> bad;
-  for (const proto::MapNode& n : map_->nodes) {
-    auto it = seen_.members.find(n.node_id);
-    if (it == seen_.members.end()) {
-      bad.push_back(absl::StrCat(n.node_id, " is down"));
-    } else if (it->second.state != MemberState::kServing) {
-      bad.push_back(absl::StrCat(n.node_id, " is ", Av(MemberStateName(it->second.state))));
-    }
-  }
-  return absl::StrJoin(bad, ", ");
+  std::vector<std::string> ids;
+  for (const proto::MapNode& n : map_->nodes) ids.push_back(n.node_id);
+  return NotServing(seen_.members, ids);
 }
 
 absl::Status Driver::Stop(const std::string& reason) {
@@ -453,6 +369,12 @@ RollOutcome Driver::Run() {
   if (absl::Status s = Read(); !s.ok()) return Fail(s);
   const bool open = have_plan_ && (seen_.plan.state == RollState::kRunning ||
                                    seen_.plan.state == RollState::kStopped);
+  if (o_.mode != RollMode::kAbort && !migration_running_.empty()) {
+    return Out(RollResult::kRefused,
+               absl::StrCat("slot migration ", migration_running_,
+                            " is running: a fleet roll waits for it to end (kvctl cluster "
+                            "status shows it)"));
+  }
   if (o_.mode == RollMode::kStart) {
     if (open) {
       return Out(RollResult::kRefused,
@@ -464,7 +386,7 @@ RollOutcome Driver::Run() {
     auto plan = NewPlan();
     if (!plan.ok()) return Fail(plan.status());
     seen_.plan = std::move(*plan);
-    if (absl::Status s = WritePlan(); !s.ok()) return Fail(s);
+    if (absl::Status s = WritePlan(/*guard_migration=*/true); !s.ok()) return Fail(s);
     Say(absl::StrCat("started: ", seen_.plan.nodes.size(), " nodes to build '", seen_.plan.build_id,
                      "'"));
     return Drive();
@@ -484,7 +406,7 @@ RollOutcome Driver::Run() {
   }
   seen_.plan.state = RollState::kRunning;
   seen_.plan.reason.clear();
-  if (absl::Status s = WritePlan(); !s.ok()) return Fail(s);
+  if (absl::Status s = WritePlan(/*guard_migration=*/true); !s.ok()) return Fail(s);
   Say("resumed");
   return Drive();
 }

@@ -151,6 +151,9 @@ class Data:
                 self.pt.setdefault((r["tool"], r["size"], r["depth"]), {})[r["rep"]] = f
                 if r["tool"] == "ib_read_lat" and f["samples"]:
                     self.pt_samples.setdefault(r["size"], f["samples"])
+            elif r["kind"] == "cluster_run" and r.get("rc", 0) != 0:
+                # Part 5's scripts: a nonzero exit means figures missing or partial.
+                self.failed.append(f"cluster part {r['name']}: exit {r['rc']} (see {r['log']})")
             elif r["kind"] == "kvload":
                 f = kv_fig(d, r)
                 if f is None:

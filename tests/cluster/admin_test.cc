@@ -49,5 +49,28 @@ TEST_F(ClusterAdminTest, StatusShowsMembersLeasesSlotsAndBadValues) {
   EXPECT_NE(ClusterStatusJson(*s).find("\"map_epoch\":1"), std::string::npos);
 }
 
+TEST_F(ClusterAdminTest, StatusShowsTheMigrationPlanOrItsError) {
+  auto etcd = NewClient();
+  auto map = InitCluster(*etcd, "c1", {"a", "b"}, 64);
+  ASSERT_TRUE(map.ok());
+  auto s = ReadClusterStatus(*etcd, "c1");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_FALSE(s->migration.has_value());
+  auto m = PlanAddNode(*map, "c");
+  ASSERT_TRUE(m.ok()) << m.status();
+  m->plan.migration_id = "m-1";
+  ASSERT_TRUE(etcd->Put(MigrationKey("c1"), EncodeMigrationJson(m->plan)).ok());
+  s = ReadClusterStatus(*etcd, "c1");
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_TRUE(s->migration.has_value());
+  EXPECT_EQ(*s->migration, m->plan);
+  EXPECT_NE(ClusterStatusJson(*s).find("\"migration_id\":\"m-1\""), std::string::npos);
+  ASSERT_TRUE(etcd->Put(MigrationKey("c1"), "{").ok());
+  s = ReadClusterStatus(*etcd, "c1");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_FALSE(s->migration.has_value());
+  EXPECT_NE(s->migration_error.find("/kvnode/c1/migration"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace kvnode::cluster

@@ -53,6 +53,34 @@ TEST_F(EtcdClientTest, CasRefusesAStaleRevision) {
   EXPECT_EQ((*c->Get("/t/map"))->value, "v2");
 }
 
+TEST_F(EtcdClientTest, TwoKeyCasPutsOnlyWhenBothRevisionsHold) {
+  auto c = NewClient();
+  // Guarded by an absent key (revision 0), then by its revision once it exists.
+  auto put = c->PutIfModRevisions("/t/plan", "p1", 0, "/t/other", 0);
+  ASSERT_TRUE(put.ok()) << put.status();
+  ASSERT_TRUE(put->applied);
+  auto other = c->Put("/t/other", "o1");
+  ASSERT_TRUE(other.ok());
+  auto stale_guard = c->PutIfModRevisions("/t/plan", "p2", put->revision, "/t/other", 0);
+  ASSERT_TRUE(stale_guard.ok());
+  EXPECT_FALSE(stale_guard->applied);
+  ASSERT_TRUE(stale_guard->guard.has_value());
+  EXPECT_EQ(stale_guard->guard->mod_revision, *other);
+  EXPECT_EQ(stale_guard->current->value, "p1");
+  ASSERT_TRUE(c->PutIfModRevisions("/t/plan", "p2", put->revision, "/t/other", *other)->applied);
+  // Both keys in one revision, or neither.
+  auto both_stale =
+      c->PutBothIfModRevisions({"/t/plan", "p3", put->revision}, {"/t/other", "o2", *other});
+  ASSERT_TRUE(both_stale.ok());
+  EXPECT_FALSE(both_stale->applied);
+  EXPECT_EQ((*c->Get("/t/other"))->value, "o1");
+  const int64_t plan_rev = both_stale->current->mod_revision;
+  auto both = c->PutBothIfModRevisions({"/t/plan", "p3", plan_rev}, {"/t/other", "o2", *other});
+  ASSERT_TRUE(both.ok() && both->applied);
+  EXPECT_EQ((*c->Get("/t/plan"))->mod_revision, both->revision);
+  EXPECT_EQ((*c->Get("/t/other"))->mod_revision, both->revision);
+}
+
 TEST_F(EtcdClientTest, LeaseExpiryDeletesTheKeyWithinTtlPlusOneSecond) {
   auto c = NewClient();
   auto lease = c->LeaseGrant(2);

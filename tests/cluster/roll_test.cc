@@ -145,9 +145,12 @@ class FakeNodes {
  public:
   enum class Behaviour { kUpgrade, kRollBack, kUpgradeThenErrors };
   FakeNodes(EtcdClient& etcd, std::vector<std::string> ids, std::string build) : etcd_(etcd) {
-    for (const std::string& id : ids) {
-      members_[id] = MakeMember(id, 3, build);
-      Write(id);
+    {
+      absl::MutexLock l(&mu_);
+      for (const std::string& id : ids) {
+        members_[id] = MakeMember(id, 3, build);
+        Write(id);
+      }
     }
     thread_ = std::thread([this] { Run(); });
   }
@@ -170,7 +173,7 @@ class FakeNodes {
   }
 
  private:
-  void Write(const std::string& id) {
+  void Write(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     ASSERT_TRUE(etcd_.Put(MemberKey("c1", id), EncodeMemberJson(members_[id])).ok());
   }
   void Run() {

@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "kvnode/cluster/etcd_client.h"
 #include "kvnode/cluster/member.h"
+#include "kvnode/cluster/migration.h"
 #include "kvnode/cluster/roll.h"
 #include "kvnode/proto/shard_map.h"
 
@@ -43,6 +44,8 @@ struct ClusterStatus {
   std::vector<std::string> member_errors;  // unreadable member values
   std::optional<RollPlan> roll;            // the fleet roll's plan, if any
   std::string roll_error;                  // its value's problem, if unreadable
+  std::optional<MigrationPlan> migration;  // slot migration's plan, if any
+  std::string migration_error;             // its value's problem, if unreadable
 };
 
 // Unbinds `node_id` from its database (kvctl cluster forget-node): deletes

@@ -67,13 +67,23 @@ struct CasResult {
   bool applied = false;
   int64_t revision = 0;             // the store's revision after the txn
   std::optional<KeyValue> current;  // when not applied: the key's value, if any
-  std::optional<KeyValue> guard;    // PutIfGuarded not applied: the guard key, if any
+  // PutIfGuarded / PutIfModRevisions / PutBothIfModRevisions not applied:
+  // the guard (second) key, if any.
+  std::optional<KeyValue> guard;
 };
 
 // The extra condition of PutIfGuarded: `key` exists and holds `value`.
 struct ValueGuard {
   std::string key;
   std::string value;
+};
+
+// One key of PutBothIfModRevisions: put `value` (no lease) if the key's
+// mod_revision is `expected_mod_revision` (0: the key must not exist).
+struct RevisionedPut {
+  std::string key;
+  std::string value;
+  int64_t expected_mod_revision = 0;
 };
 
 struct LeaseGrantResult {
@@ -172,6 +182,21 @@ class EtcdClient {
   virtual absl::StatusOr<CasResult> PutIfGuarded(std::string_view key, std::string_view value,
                                                  bool by_create, int64_t expected_revision,
                                                  const ValueGuard& guard, int64_t lease) = 0;
+  // Txn: if mod_revision(key) == expected_mod_revision and
+  // mod_revision(guard_key) == guard_mod_revision (0: the guard key must not
+  // exist) put `value` (no lease); else read both keys (CasResult.current,
+  // .guard). The fleet roll's and slot migration's drivers start this way,
+  // each guarded by the other's plan as they read it: not running.
+  virtual absl::StatusOr<CasResult> PutIfModRevisions(std::string_view key, std::string_view value,
+                                                      int64_t expected_mod_revision,
+                                                      std::string_view guard_key,
+                                                      int64_t guard_mod_revision) = 0;
+  // Txn: if both keys' mod_revisions are as expected put both values, in
+  // one revision; else read both keys (CasResult.current: first's,
+  // .guard: second's). A slot move's commit writes the map and the
+  // migration plan this way (migration_commit.h).
+  virtual absl::StatusOr<CasResult> PutBothIfModRevisions(const RevisionedPut& first,
+                                                          const RevisionedPut& second) = 0;
   // Txn: if `unless_key` does not exist delete `key` (applied); else read
   // unless_key (CasResult.current). kvctl cluster forget-node uses it.
   virtual absl::StatusOr<CasResult> DeleteUnlessExists(std::string_view key,

@@ -30,6 +30,12 @@ std::string RollKey(std::string_view cluster);
 // "/kvnode/<cluster>/roll-lock": which kvctl drives the roll, under that
 // kvctl's lease (roll_driver.h).
 std::string RollLockKey(std::string_view cluster);
+// "/kvnode/<cluster>/migration": slot migration's plan (migration.h; no
+// lease).
+std::string MigrationKey(std::string_view cluster);
+// "/kvnode/<cluster>/migration-lock": which kvctl drives the migration,
+// under that kvctl's lease.
+std::string MigrationLockKey(std::string_view cluster);
 
 // The node id of a member key of `cluster`; nullopt for any other key
 // (including deeper paths under nodes/).

@@ -6,8 +6,10 @@
 //    "build_id":"v0.1-12-gabc","version":"0.1.0","state":"serving",
 //    "pid":1234,"instance":"<32 hex digits>",
 //    "health":{"rejected":0,"qp_errors":0,"upgrade_failures":0},
-//    "roll":{"id":"r-...","attempt":1,"outcome":"rolled_back","reason":"..."}}
-// (health and roll optional)
+//    "roll":{"id":"r-...","attempt":1,"outcome":"rolled_back","reason":"..."},
+//    "migration":{"id":"m-...","first":1024,"attempt":1,"state":"copying",
+//                 "keys":10,"bytes":4096,"reason":""}}
+// (health, roll and migration optional)
 //
 // Thread safety: pure values and functions.
 #ifndef KVNODE_CLUSTER_MEMBER_H_
@@ -54,6 +56,26 @@ struct RollReport {
   friend bool operator==(const RollReport&, const RollReport&) = default;
 };
 
+// A move's target node's word on the attempt it runs (docs/cluster.md,
+// "Slot migration"): its progress while it copies, or its failure. The
+// driver reads it; only the move's target writes it.
+enum class MoveReportState { kCopying, kFailed };
+
+// "copying", "failed".
+std::string_view MoveReportStateName(MoveReportState state);
+std::optional<MoveReportState> ParseMoveReportState(std::string_view name);
+
+struct MigrationReport {
+  std::string id;        // the plan's migration_id
+  uint32_t first = 0;    // the move's first slot, which names it in the plan
+  uint64_t attempt = 0;  // the move's attempt this report is about
+  MoveReportState state = MoveReportState::kCopying;
+  uint64_t keys = 0;   // copied so far by this attempt
+  uint64_t bytes = 0;  // keys and values, likewise
+  std::string reason;  // kFailed: why
+  friend bool operator==(const MigrationReport&, const MigrationReport&) = default;
+};
+
 struct Member {
   std::string node_id;      // proto::CheckName rules
   std::string endpoint;     // control endpoint clients connect to, host:port
@@ -62,9 +84,10 @@ struct Member {
   std::string version;      // project version of the binary
   MemberState state = MemberState::kStarting;
   int64_t pid = 0;
-  std::string instance;                // identity.h: the database's random instance id
-  std::optional<MemberHealth> health;  // absent in a member of an older build
-  std::optional<RollReport> roll;      // the last intent it could not carry out
+  std::string instance;                      // identity.h: the database's random instance id
+  std::optional<MemberHealth> health;        // absent in a member of an older build
+  std::optional<RollReport> roll;            // the last intent it could not carry out
+  std::optional<MigrationReport> migration;  // the move it copies or failed, as target
   friend bool operator==(const Member&, const Member&) = default;
 };
 

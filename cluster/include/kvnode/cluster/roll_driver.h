@@ -12,6 +12,12 @@
 //     alive and serving.
 //  3. etcd unreachable: calls are retried for RollOptions::etcd_wait, then
 //     the driver returns kPaused; the nodes start nothing meanwhile.
+//  4. A roll neither starts nor resumes while a slot migration's plan is
+//     running (kRefused, naming it): a live upgrade and a move of the same
+//     node exclude each other (docs/cluster.md, "Slot migration",
+//     invariant 6). The start's and the resume's plan write also compares
+//     the migration plan's mod_revision as read, so that one of a roll and
+//     a migration started at once is refused.
 //
 // Thread safety: one driver per call of RunRoll; the EtcdClient may be shared.
 #ifndef KVNODE_CLUSTER_ROLL_DRIVER_H_
@@ -60,7 +66,8 @@ struct RollSnapshot {
 enum class RollResult {
   kDone,     // every node on the build (kAbort: the roll is aborted; kDryRun: shown)
   kStopped,  // a rollback, a failure or a failed gate (plan.reason)
-  kRefused,  // another driver holds the lock, a roll is unfinished, nothing to resume
+  kRefused,  // another driver holds the lock, a roll is unfinished, nothing to resume,
+             // a slot migration is running
   kPaused,   // etcd unreachable for etcd_wait, or the lock lost
   kInvalid,  // bad options or cluster (no map, a node missing)
 };
