@@ -144,6 +144,7 @@ absl::Status EncodePayload(const Welcome& m, StringWriter& w) {
   if ((m.features & kFeatureSlotWords) != 0) {
     w.U64(m.slot_words_offset);
     w.U32(m.slot_words_size);
+    w.U64(m.check_below_epoch);
   }
   return absl::OkStatus();
 }
@@ -211,6 +212,17 @@ absl::Status EncodePayload(const ShardMapMsg& m, StringWriter& w) {
   return absl::OkStatus();
 }
 
+absl::Status EncodePayload(const Guard& m, StringWriter& w) {
+  w.U64(m.nonce);
+  w.U64(m.check_below_epoch);
+  return absl::OkStatus();
+}
+
+absl::Status EncodePayload(const GuardAck& m, StringWriter& w) {
+  w.U64(m.nonce);
+  return absl::OkStatus();
+}
+
 // ---- per-message decode ----
 
 absl::StatusOr<ControlMessage> DecodeHello(Reader& r, uint16_t frame_version) {
@@ -245,7 +257,8 @@ absl::StatusOr<ControlMessage> DecodeWelcome(Reader& r) {
     return err;
   }
   if ((m.features & kFeatureSlotWords) != 0) {
-    if (!r.U64(&m.slot_words_offset) || !r.U32(&m.slot_words_size)) {
+    if (!r.U64(&m.slot_words_offset) || !r.U32(&m.slot_words_size) ||
+        !r.U64(&m.check_below_epoch)) {
       return Truncated("Welcome slot words");
     }
     if (auto s = CheckSlotWords(m); !s.ok()) return s;
@@ -324,6 +337,10 @@ std::string MessageTypeName(uint16_t type) {
       return "MapRequest";
     case MessageType::kShardMap:
       return "ShardMap";
+    case MessageType::kGuard:
+      return "Guard";
+    case MessageType::kGuardAck:
+      return "GuardAck";
   }
   return absl::StrCat("Unknown(", type, ")");
 }
@@ -448,6 +465,18 @@ absl::StatusOr<ControlMessage> DecodeControlPayload(const FrameHeader& header,
       absl::StatusOr<ShardMap> map = DecodeShardMap(rest);
       if (!map.ok()) return map.status();
       m = ShardMapMsg{*std::move(map)};
+      break;
+    }
+    case MessageType::kGuard: {
+      Guard g;
+      if (!r.U64(&g.nonce) || !r.U64(&g.check_below_epoch)) return Truncated("Guard");
+      m = g;
+      break;
+    }
+    case MessageType::kGuardAck: {
+      GuardAck a;
+      if (!r.U64(&a.nonce)) return Truncated("GuardAck");
+      m = a;
       break;
     }
     default:
