@@ -188,6 +188,8 @@ void ServerImpl::OnConnEvents(Conn& c, std::vector<ControlSession::Event>& event
       OnMoveAck(c);
     } else if (std::holds_alternative<ControlSession::MapRequestEvent>(ev)) {
       SendShardMap(c);
+    } else if (auto* g = std::get_if<ControlSession::GuardAckEvent>(&ev)) {
+      OnGuardAck(c, g->nonce);
     } else if (auto* cl = std::get_if<ControlSession::ClosedEvent>(&ev)) {
       OnClosed(c, *cl);
     }
@@ -305,8 +307,13 @@ proto::Welcome ServerImpl::MakeWelcome(const SessionSetup& setup, uint64_t hello
     } else {
       w.slot_words_offset = setup.slot_words_offset;
       w.slot_words_size = proto::kMaxSlots;
+      w.check_below_epoch = CheckBelowEpoch();
     }
   }
+  // While the guard is up a session that cannot check the words gets no
+  // index geometry: it GETs by RPC, which the node answers for the slots it
+  // serves only.
+  if (guard_.up && (w.features & proto::kFeatureSlotWords) == 0) w.index_geometry.clear();
   return w;
 }
 
@@ -456,6 +463,7 @@ void ServerImpl::CloseConn(Conn& c, bool vanished) {
     LOG(WARNING) << "client " << c.client_id << " went away before acknowledging Move";
   }
   conns_.erase(id);
+  GuardLeft(id);
 }
 
 void ServerImpl::Timers() {
@@ -491,6 +499,7 @@ void ServerImpl::Timers() {
       if (c->session.SendKeepalive(++c->nonce).ok()) FlushConn(*c);
     }
   }
+  GuardTimers(now);
   std::vector<uint64_t> late;
   for (const auto& [id, a] : admins_) {
     if (now > a->deadline) late.push_back(id);
