@@ -63,8 +63,8 @@ DEFINE_bool(follow_pushed_maps, true,
             "--cluster: take every shard map the nodes push; false keeps the map held until a "
             "WRONG_SHARD answer asks for a newer one (a client pinned to an old map)");
 DEFINE_bool(slot_words, true,
-            "--cluster: ask the nodes for slot words and check each READ against them; false "
-            "takes READs as they come (to measure what the check costs)");
+            "--cluster: ask the nodes for slot words and check READs against them while a "
+            "node's guard asks (`kvctl guard up`: every READ); false takes READs as they come");
 DEFINE_string(auth_token_file, "", "file holding the node's auth token (mode 0600)");
 DEFINE_string(rdma_device, "", "verbs device (default: the first ACTIVE one)");
 DEFINE_string(workload, "A", "YCSB workload: A (50% reads), B (95%), C (read only)");

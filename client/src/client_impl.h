@@ -133,8 +133,14 @@ struct Session {
   proto::Welcome welcome;
   std::optional<storage::Geometry> geometry;  // nullopt: no READ fast path
   // The node's slot-words table (kFeatureSlotWords negotiated): its arena
-  // offset; 0 without one.
+  // offset; 0 without one. READs check the words while the client's map is
+  // older than check_below_epoch (the node's guard: Welcome, then Guard).
   uint64_t slot_words_offset = 0;
+  uint64_t check_below_epoch = 0;
+  // A Guard to acknowledge once no READ posted here without a word check is
+  // outstanding (TryAckGuard).
+  bool guard_ack_due = false;
+  uint64_t guard_ack_nonce = 0;
 
   Fd fd;
   proto::FrameAssembler assembler;
@@ -253,10 +259,14 @@ class Client::Impl {
   bool RequestMap(uint64_t known_epoch);
   // The features both sides of the current session set (0: none up yet).
   uint64_t session_features() const;
-  // The cluster's slot count (the map's num_slots): with it, a GET on a
-  // session with slot words READs the word of SlotOf(key, num_slots) after
-  // each READ. 0 (a plain Client): no word READs.
-  void SetNumSlots(uint32_t num_slots) { num_slots_ = num_slots; }
+  // The cluster client's shard map (its num_slots and epoch): with it, a GET
+  // on a session with slot words READs the word of SlotOf(key, num_slots)
+  // after each READ while `epoch` is below the node's guard. num_slots 0 (a
+  // plain Client): no word READs.
+  void SetShardMap(uint32_t num_slots, uint64_t epoch) {
+    num_slots_ = num_slots;
+    map_epoch_ = epoch;
+  }
   bool connected() const { return current_ != nullptr && !current_->broken; }
   // Handles what has arrived on the current session's control connection
   // now: Poll looks at most every 200 us, and only on every kIdlePolls-th
@@ -299,6 +309,10 @@ class Client::Impl {
   // A ShardMap frame: kept for TakeMaps when the session negotiated
   // kFeatureShardMap, else the session is broken as by any unexpected frame.
   void OnShardMap(Session* s, const proto::ShardMapMsg& m);
+  // A Guard frame (kFeatureSlotWords): the new guard applies to READs
+  // posted from now on; the GuardAck waits for those posted before it.
+  void OnGuard(Session* s, const proto::Guard& g);
+  void TryAckGuard(Session* s);
   // Slots, free list and backoff: what Init and InitAsync share.
   void InitSlots();
   void SendControl(Session* s, const proto::ControlMessage& m);
@@ -450,7 +464,8 @@ class Client::Impl {
   absl::Time next_control_check_;
   absl::Time next_deadline_check_;
   std::vector<proto::ShardMap> maps_;  // for TakeMaps
-  uint32_t num_slots_ = 0;             // SetNumSlots
+  uint32_t num_slots_ = 0;             // SetShardMap
+  uint64_t map_epoch_ = 0;             // SetShardMap
 };
 
 }  // namespace kvnode::client

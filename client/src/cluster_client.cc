@@ -203,7 +203,7 @@ std::unique_ptr<Client::Impl> ClusterClient::Impl::NewSession(const std::string&
   auto impl = std::make_unique<Client::Impl>(std::move(o));
   impl->hello_features_ =
       proto::kFeatureShardMap | (options_.slot_words ? proto::kFeatureSlotWords : 0);
-  if (tracker_.has_map()) impl->SetNumSlots(tracker_.map().num_slots);
+  if (tracker_.has_map()) impl->SetShardMap(tracker_.map().num_slots, tracker_.epoch());
   return impl;
 }
 
@@ -221,7 +221,7 @@ absl::Status ClusterClient::Impl::TrySeed(const std::string& seed) {
   // advertised address); else it is only where the map came from.
   for (const std::unique_ptr<NodeConn>& c : conns_) {
     if (c->in_map && c->endpoint == seed && c->impl == nullptr) {
-      impl->SetNumSlots(tracker_.map().num_slots);
+      impl->SetShardMap(tracker_.map().num_slots, tracker_.epoch());
       c->impl = std::move(impl);
       return absl::OkStatus();
     }
@@ -326,7 +326,7 @@ void ClusterClient::Impl::OnAdopted() {
   }
   cstats_.map_epoch = map.epoch;
   for (const std::unique_ptr<NodeConn>& c : conns_) {
-    if (c->impl != nullptr) c->impl->SetNumSlots(map.num_slots);
+    if (c->impl != nullptr) c->impl->SetShardMap(map.num_slots, map.epoch);
     FailStranded(*c);
   }
 }

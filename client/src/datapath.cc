@@ -236,11 +236,13 @@ void Client::Impl::PostRead(uint32_t idx, Slot& s, absl::Time now) {
                    rdma::LocalBuf{slot_mr_.get(), uint64_t{idx} * kSlotStride + kSendBufSize, len},
                    ses->welcome.arena_remote_addr + off, ses->welcome.rkey});
   ++s.reads_outstanding;
-  // The slot word after the data, in the same chain on the same QP: the
-  // responder executes an RC QP's READs in order, so a word read as 1
-  // proves the node served the slot when the data was read (docs/format.md
-  // "Slot words"). Both complete before OnReadDone looks at either.
-  s.word_read = ses->slot_words_offset != 0 && num_slots_ > 0;
+  // The slot word after the data, in the same chain on the same QP, while
+  // this client's map is older than the node's guard: the responder
+  // executes an RC QP's READs in order, so a word read as 1 proves the node
+  // served the slot when the data was read (docs/format.md "Slot words").
+  // Both complete before OnReadDone looks at either.
+  s.word_read =
+      ses->slot_words_offset != 0 && num_slots_ > 0 && map_epoch_ < ses->check_below_epoch;
   if (s.word_read) {
     read_batch_slot_.push_back(idx);
     read_batch_.push_back(

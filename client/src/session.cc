@@ -246,6 +246,7 @@ absl::Status Client::Impl::OnWelcome(Session* s, const proto::Welcome& w) {
                                                  " bytes, arena of ", w.arena_size));
     }
     s->slot_words_offset = w.slot_words_offset;
+    s->check_below_epoch = w.check_below_epoch;
   }
 
   // QP with its receive buffers posted before the server can send. Local

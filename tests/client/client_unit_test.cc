@@ -13,6 +13,7 @@
 #include <fstream>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "client_impl.h"
 #include "kvnode/client/admin.h"
@@ -94,7 +95,7 @@ class ImplTestPeer {
     ses->welcome.arena_size = g.arena_size;
     ses->welcome.max_rpc_message_size = 4096;
     c.current_ = std::move(ses);
-    c.SetNumSlots(4096);
+    c.SetShardMap(4096, 1);
     c.slots_.resize(1);
     Slot& s = c.slots_[0];
     s.state = Slot::State::kReading;
@@ -111,9 +112,60 @@ class ImplTestPeer {
     c.closed_ = true;
     return r;
   }
+
+  // A Guard arrives on the current session while slot 0's READ is
+  // outstanding, posted with (`checked`) or without a word check. Returns
+  // whether a GuardAck went out at once, and whether one had gone out once
+  // the READ completed (reads_outstanding 0), read from the socket's other
+  // end: the acknowledgement promises no unchecked READ is left.
+  static std::pair<bool, bool> GuardAcked(bool checked) {
+    Client::Impl c(ClientOptions{});
+    int fds[2];
+    EXPECT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, fds), 0);
+    base::UniqueFd node(fds[1]);
+    auto ses = std::make_unique<Session>();
+    ses->epoch = 1;
+    ses->state = SessionState::kUp;
+    ses->fd.Reset(fds[0]);
+    ses->slot_words_offset = 1 << 20;
+    ses->welcome.features = proto::kFeatureShardMap | proto::kFeatureSlotWords;
+    c.hello_features_ = ses->welcome.features;
+    Session* raw = ses.get();
+    c.current_ = std::move(ses);
+    c.slots_.resize(1);
+    Slot& s = c.slots_[0];
+    s.state = Slot::State::kReading;
+    s.epoch = 1;
+    s.word_read = checked;
+    s.reads_outstanding = checked ? 2 : 1;
+    auto acked = [&] {
+      std::string bytes(256, '\0');
+      const ssize_t n = read(node.get(), bytes.data(), bytes.size());
+      if (n <= 0) return false;
+      absl::StatusOr<proto::ControlMessage> m =
+          proto::DecodeControlFrame(proto::AsBytes(std::string_view(bytes.data(), n)));
+      EXPECT_TRUE(m.ok()) << m.status();
+      return m.ok() && std::get<proto::GuardAck>(*m).nonce == 9;
+    };
+    c.OnGuard(raw, proto::Guard{9, proto::kGuardUp});
+    EXPECT_EQ(raw->check_below_epoch, proto::kGuardUp);
+    const bool at_once = acked();
+    s.reads_outstanding = 0;
+    c.TryAckGuard(raw);
+    const bool after = at_once || acked();
+    c.closed_ = true;
+    return {at_once, after};
+  }
 };
 
 namespace {
+
+// A Guard is acknowledged at once when every READ in flight checks its slot
+// word, and only once the unchecked one has completed otherwise.
+TEST(Guard, AcknowledgedOnceNoUncheckedReadIsLeft) {
+  EXPECT_EQ(ImplTestPeer::GuardAcked(true), std::make_pair(true, true));
+  EXPECT_EQ(ImplTestPeer::GuardAcked(false), std::make_pair(false, true));
+}
 
 // A READ that completes after its session stopped being the current one
 // (the node said Goodbye, or a Move installed another) goes back to the

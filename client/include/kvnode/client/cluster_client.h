@@ -88,10 +88,11 @@ struct ClusterClientOptions {
   // dropped meanwhile. A client pinned to an old map, for tests.
   bool follow_pushed_maps = true;
   // Default true: ask the nodes for their slot words (kFeatureSlotWords),
-  // so that a READ of a node that no longer serves the key's slot is
-  // recognised in the same round trip and the GET rerouted. False: READ
-  // results are taken as they come, as before the feature (tests that show
-  // what the words prevent, comparisons).
+  // so that, while the map held is older than a node's guard, a READ of a
+  // node that no longer serves the key's slot is recognised in the same
+  // round trip and the GET rerouted. False: READ results are taken as they
+  // come, as before the feature, and a node that raises its guard cuts the
+  // session (tests that show what the words prevent).
   bool slot_words = true;
 
   [[nodiscard]] absl::Status Validate() const;
