@@ -4,7 +4,8 @@
 //
 // Commands: ping, stats, metrics (Prometheus text), mrs, clients, memory,
 // upgrade [--binary PATH] [--no_wait] [--timeout_s N], drain [SECONDS],
-// check (the arena against RocksDB: exit 1 when a problem is found);
+// check (the arena against RocksDB: exit 1 when a problem is found),
+// guard up [SECONDS] | down (a cluster node's guard, docs/cluster.md);
 // and, against etcd rather than a node, cluster init|status|roll|forget-node|
 // add-node|remove-node|rebalance (kvctl_cluster.h, kvctl_roll.h,
 // kvctl_migrate.h).
@@ -348,7 +349,10 @@ int main(int argc, char** argv) {
       "            drain [SECONDS]  (refuse new sessions; the node exits once its clients\n"
       "                              have left, or after SECONDS, default 300) |\n"
       "            check  (the arena against RocksDB, key by key; writes wait meanwhile;\n"
-      "                    exit 1 naming the first problems)\n"
+      "                    exit 1 naming the first problems) |\n"
+      "            guard up [SECONDS] | down  (a cluster node: every client checks the slot\n"
+      "                    words of its READs, or is cut after SECONDS, default 2; what a\n"
+      "                    slot migration's source does before it stops serving a slot)\n"
       "  kvctl cluster init --etcd_endpoints E --cluster NAME --nodes a,b,c [--slots N]\n"
       "  kvctl cluster status --etcd_endpoints E --cluster NAME [--json]\n"
       "  kvctl cluster forget-node ID --etcd_endpoints E --cluster NAME  (unbind a lost\n"
@@ -382,7 +386,7 @@ int main(int argc, char** argv) {
                                          FLAGS_json);
   }
   static const std::vector<std::string> kCommands = {
-      "ping", "stats", "metrics", "mrs", "clients", "memory", "upgrade", "drain", "check"};
+      "ping", "stats", "metrics", "mrs", "clients", "memory", "upgrade", "drain", "check", "guard"};
   if (std::find(kCommands.begin(), kCommands.end(), cmd) == kCommands.end()) {
     std::fprintf(stderr, "kvctl: unknown command '%s'\n", cmd.c_str());
     return 2;
@@ -393,6 +397,11 @@ int main(int argc, char** argv) {
     for (int i = 2; i < argc; ++i) words.push_back(argv[i]);
   } else if (cmd == "drain" && argc == 3) {
     words.push_back(argv[2]);
+  } else if (cmd == "guard" && argc >= 3 && argc <= 4) {
+    for (int i = 2; i < argc; ++i) words.push_back(argv[i]);
+  } else if (cmd == "guard") {
+    std::fprintf(stderr, "kvctl: guard takes 'up [SECONDS]' or 'down'\n");
+    return 2;
   } else if (argc > 2) {
     std::fprintf(stderr, "kvctl: '%s' takes no arguments\n", cmd.c_str());
     return 2;
@@ -407,10 +416,12 @@ int main(int argc, char** argv) {
     return Upgrade(socket_path, std::vector<std::string>(words.begin() + 1, words.end()));
   }
   // A check walks the whole store: its own default wait.
-  const int timeout_ms =
-      cmd == "check" && gflags::GetCommandLineFlagInfoOrDie("timeout_ms").is_default
-          ? kCheckTimeoutMs
-          : FLAGS_timeout_ms;
+  int timeout_ms = FLAGS_timeout_ms;
+  if (gflags::GetCommandLineFlagInfoOrDie("timeout_ms").is_default) {
+    // A guard's answer waits for its clients' acknowledgements (at most 60 s).
+    if (cmd == "check") timeout_ms = kCheckTimeoutMs;
+    if (cmd == "guard") timeout_ms = 65'000;
+  }
   const absl::Time t0 = absl::Now();
   absl::StatusOr<std::string> answer = kvnode::client::AdminRequest(
       socket_path, absl::StrJoin(words, " "), t0 + absl::Milliseconds(timeout_ms));
@@ -449,6 +460,17 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (cmd == "check") return PrintCheck(j);
+  if (cmd == "guard") {
+    if (j.value("guard", "") == "up") {
+      std::printf("guard up: %s session(s) check the slot words, %s cut\n",
+                  Scalar(j.value("acknowledged", json(0))).c_str(),
+                  Scalar(j.value("cut", json(0))).c_str());
+    } else {
+      std::printf("guard down: clients on a shard map older than epoch %s go on checking\n",
+                  Scalar(j.value("check_below_epoch", json(0))).c_str());
+    }
+    return 0;
+  }
   if (cmd == "drain") {
     std::printf(
         "draining: new sessions are refused; the node exits once its %s client(s) have "

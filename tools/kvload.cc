@@ -59,6 +59,12 @@ DEFINE_string(server, "127.0.0.1:7000", "the node's control endpoint HOST:PORT")
 DEFINE_string(cluster, "",
               "seed nodes of a cluster, HOST:PORT[,HOST:PORT...] (instead of --server): the "
               "shard map comes from the first that answers and every key goes to its owner");
+DEFINE_bool(follow_pushed_maps, true,
+            "--cluster: take every shard map the nodes push; false keeps the map held until a "
+            "WRONG_SHARD answer asks for a newer one (a client pinned to an old map)");
+DEFINE_bool(slot_words, true,
+            "--cluster: ask the nodes for slot words and check READs against them while a "
+            "node's guard asks (`kvctl guard up`: every READ); false takes READs as they come");
 DEFINE_string(auth_token_file, "", "file holding the node's auth token (mode 0600)");
 DEFINE_string(rdma_device, "", "verbs device (default: the first ACTIVE one)");
 DEFINE_string(workload, "A", "YCSB workload: A (50% reads), B (95%), C (read only)");
@@ -186,6 +192,7 @@ void AddClusterStats(const ClusterClient& c, ClusterStats* sum) {
   sum->map_epoch = std::max(sum->map_epoch, s.map_epoch);
   sum->maps_adopted += s.maps_adopted;
   sum->maps_ignored += s.maps_ignored;
+  sum->maps_dropped += s.maps_dropped;
   sum->map_requests += s.map_requests;
   sum->wrong_shard += s.wrong_shard;
   sum->reroutes += s.reroutes;
@@ -270,6 +277,7 @@ class Worker : public WorkerBase {
       cs->stale_responses += s.stale_responses;
       cs->location_hits += s.location_hits;
       cs->location_stale += s.location_stale;
+      cs->reads_not_served += s.reads_not_served;
       AddClusterStats(*c, cluster);
     }
   }
@@ -619,6 +627,8 @@ absl::StatusOr<std::unique_ptr<C>> ConnectOne(const std::string& token, uint32_t
     ClusterClientOptions o;
     o.seeds = SplitSeeds(FLAGS_cluster);
     o.base = MakeClientOptions(token, depth);
+    o.follow_pushed_maps = FLAGS_follow_pushed_maps;
+    o.slot_words = FLAGS_slot_words;
     return ClusterClient::Connect(std::move(o));
   } else {
     return Client::Connect(MakeClientOptions(token, depth));
@@ -699,6 +709,7 @@ void AddClusterReport(const ClusterStats& c, const ClusterStats& before, nlohman
       {"map_epoch", c.map_epoch},
       {"maps_adopted", c.maps_adopted},
       {"maps_ignored", c.maps_ignored},
+      {"maps_dropped", c.maps_dropped},
       {"map_requests", c.map_requests},
       {"wrong_shard", c.wrong_shard - before.wrong_shard},
       {"reroutes", c.reroutes - before.reroutes},
@@ -1034,6 +1045,8 @@ int main(int argc, char** argv) {
   // Of the measured run only (a --warm phase's GETs are not counted).
   report["client"]["location_hits"] = cs.location_hits - before_run.location_hits;
   report["client"]["location_stale"] = cs.location_stale - before_run.location_stale;
+  // GETs whose READs showed the node no longer served the slot (slot words).
+  report["client"]["reads_not_served"] = cs.reads_not_served;
   report["cpu"] = load::CpuJson(cpu0, cpu1, total.ops());
   if (!FLAGS_cluster.empty()) AddClusterReport(cluster, cluster_before, &report);
   // The timeline's t = 0 on the wall clock, to set its gaps against the

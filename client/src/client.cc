@@ -244,6 +244,7 @@ void Client::Impl::PollControl(Session* s, absl::Time now) {
                      s->broken_why = ServerErrorStatus(e, "the session");
                    },
                    [&](const proto::ShardMapMsg& m) { OnShardMap(s, m); },
+                   [&](const proto::Guard& g) { OnGuard(s, g); },
                    [&](const auto& other) {
                      s->broken = true;
                      s->broken_why = absl::UnavailableError(absl::StrCat(
@@ -254,6 +255,7 @@ void Client::Impl::PollControl(Session* s, absl::Time now) {
                **m);
     if (s->broken) return;
   }
+  TryAckGuard(s);
   if (now - s->last_tx >= options_.keepalive_interval) {
     SendControl(s, proto::Keepalive{static_cast<uint64_t>(absl::ToUnixNanos(now))});
   }
@@ -272,6 +274,37 @@ void Client::Impl::OnShardMap(Session* s, const proto::ShardMapMsg& m) {
     return;
   }
   maps_.push_back(m.map);
+}
+
+void Client::Impl::OnGuard(Session* s, const proto::Guard& g) {
+  if ((s->welcome.features & hello_features_ & proto::kFeatureSlotWords) == 0) {
+    s->broken = true;
+    s->broken_why = absl::UnavailableError(
+        "unexpected control message Guard (this session did not ask for slot words)");
+    return;
+  }
+  VLOG(1) << "kvclient: client " << client_id_ << ": " << s->endpoint
+          << " checks slot words below map epoch " << g.check_below_epoch << " (ours " << map_epoch_
+          << ")";
+  s->check_below_epoch = g.check_below_epoch;
+  s->guard_ack_due = true;
+  s->guard_ack_nonce = g.nonce;
+  TryAckGuard(s);
+}
+
+void Client::Impl::TryAckGuard(Session* s) {
+  if (!s->guard_ack_due || s->broken) return;
+  // The acknowledgement promises the node that no READ of this session can
+  // still read its arena unchecked: a READ posted before the Guard may not
+  // have reached the node yet.
+  for (const Slot& slot : slots_) {
+    if (slot.state == Slot::State::kReading && slot.epoch == s->epoch && !slot.word_read &&
+        slot.reads_outstanding > 0) {
+      return;
+    }
+  }
+  s->guard_ack_due = false;
+  SendControl(s, proto::GuardAck{s->guard_ack_nonce});
 }
 
 bool Client::Impl::RequestMap(uint64_t known_epoch) {

@@ -132,6 +132,15 @@ struct Session {
   bool first = false;        // Connect()'s: every wait bounded by connect_timeout
   proto::Welcome welcome;
   std::optional<storage::Geometry> geometry;  // nullopt: no READ fast path
+  // The node's slot-words table (kFeatureSlotWords negotiated): its arena
+  // offset; 0 without one. READs check the words while the client's map is
+  // older than check_below_epoch (the node's guard: Welcome, then Guard).
+  uint64_t slot_words_offset = 0;
+  uint64_t check_below_epoch = 0;
+  // A Guard to acknowledge once no READ posted here without a word check is
+  // outstanding (TryAckGuard).
+  bool guard_ack_due = false;
+  uint64_t guard_ack_nonce = 0;
 
   Fd fd;
   proto::FrameAssembler assembler;
@@ -193,6 +202,10 @@ struct Slot {
   storage::ReadStep step;
   uint32_t read_attempts = 0;  // FirstRead restarts (torn reads)
   uint32_t reads = 0;          // READs issued for this GET
+  // The key's shard slot (Impl::num_slots_ > 0) and whether the READ in
+  // flight is followed by the READ of its slot word (into WordBuf).
+  uint32_t shard_slot = 0;
+  bool word_read = false;
   // Work requests of this slot not yet completed, and where they were posted.
   uint8_t reads_outstanding = 0;
   uint8_t sends_outstanding = 0;
@@ -246,6 +259,14 @@ class Client::Impl {
   bool RequestMap(uint64_t known_epoch);
   // The features both sides of the current session set (0: none up yet).
   uint64_t session_features() const;
+  // The cluster client's shard map (its num_slots and epoch): with it, a GET
+  // on a session with slot words READs the word of SlotOf(key, num_slots)
+  // after each READ while `epoch` is below the node's guard. num_slots 0 (a
+  // plain Client): no word READs.
+  void SetShardMap(uint32_t num_slots, uint64_t epoch) {
+    num_slots_ = num_slots;
+    map_epoch_ = epoch;
+  }
   bool connected() const { return current_ != nullptr && !current_->broken; }
   // Handles what has arrived on the current session's control connection
   // now: Poll looks at most every 200 us, and only on every kIdlePolls-th
@@ -263,7 +284,8 @@ class Client::Impl {
 
   ClientOptions options_;
   // Hello.features. 0 for a plain Client (its Hello is what it always was);
-  // ClusterClient sets proto::kFeatureShardMap before Init.
+  // ClusterClient sets proto::kFeatureShardMap (and kFeatureSlotWords)
+  // before Init.
   uint64_t hello_features_ = 0;
   ClientStats stats_;
   uint64_t client_id_ = 0;
@@ -287,6 +309,10 @@ class Client::Impl {
   // A ShardMap frame: kept for TakeMaps when the session negotiated
   // kFeatureShardMap, else the session is broken as by any unexpected frame.
   void OnShardMap(Session* s, const proto::ShardMapMsg& m);
+  // A Guard frame (kFeatureSlotWords): the new guard applies to READs
+  // posted from now on; the GuardAck waits for those posted before it.
+  void OnGuard(Session* s, const proto::Guard& g);
+  void TryAckGuard(Session* s);
   // Slots, free list and backoff: what Init and InitAsync share.
   void InitSlots();
   void SendControl(Session* s, const proto::ControlMessage& m);
@@ -378,11 +404,17 @@ class Client::Impl {
   bool CanSend() const { return CanRead() && !current_->moving; }
   char* SendBuf(uint32_t idx) { return static_cast<char*>(slot_mem_.data()) + idx * kSlotStride; }
   char* ReadBuf(uint32_t idx) { return SendBuf(idx) + kSendBufSize; }
+  // Where the READ of a slot word lands: the start of the kWordBufSize
+  // bytes after the read buffer.
+  const uint8_t* WordBuf(uint32_t idx) {
+    return reinterpret_cast<const uint8_t*>(ReadBuf(idx) + kReadBufSize);
+  }
 
  public:
   static constexpr uint32_t kSendBufSize = (proto::kMaxRpcMessageSize + 63) / 64 * 64;
   static constexpr uint32_t kReadBufSize = (storage::kMaxObjectSize + 63) / 64 * 64;
-  static constexpr uint32_t kSlotStride = kSendBufSize + kReadBufSize;
+  static constexpr uint32_t kWordBufSize = 64;  // the 8-byte word, in a cache line of its own
+  static constexpr uint32_t kSlotStride = kSendBufSize + kReadBufSize + kWordBufSize;
   static constexpr uint32_t kRecvBufSize = kSendBufSize;
 
  private:
@@ -432,6 +464,8 @@ class Client::Impl {
   absl::Time next_control_check_;
   absl::Time next_deadline_check_;
   std::vector<proto::ShardMap> maps_;  // for TakeMaps
+  uint32_t num_slots_ = 0;             // SetShardMap
+  uint64_t map_epoch_ = 0;             // SetShardMap
 };
 
 }  // namespace kvnode::client

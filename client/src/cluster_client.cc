@@ -44,6 +44,7 @@ void AddStats(const ClientStats& s, ClientStats* sum) {
   sum->stale_responses += s.stale_responses;
   sum->location_hits += s.location_hits;
   sum->location_stale += s.location_stale;
+  sum->reads_not_served += s.reads_not_served;
 }
 
 // A node of the cluster and the session to it.
@@ -114,6 +115,8 @@ class ClusterClient::Impl {
   absl::Status AwaitMap(Client::Impl* impl, const std::string& seed);
   // --- maps ----------------------------------------------------------------------
   void TakeMaps(NodeConn& c);
+  // A node session's Client::Impl, asking for shard maps (and slot words).
+  std::unique_ptr<Client::Impl> NewSession(const std::string& endpoint) const;
   void OfferMap(const proto::ShardMap& map, const std::string& from);
   void OnAdopted();
   NodeConn& ConnFor(const std::string& node_id);
@@ -153,6 +156,9 @@ class ClusterClient::Impl {
   std::deque<uint32_t> done_;      // ops in State::kDone, not yet returned
   uint32_t writes_ = 0;            // PUT/DELETE among the ops in use
   uint32_t next_conn_ = 0;         // where Poll starts (fairness) and PING goes
+  // The highest epoch a WRONG_SHARD answer claimed: with follow_pushed_maps
+  // off, maps are taken only while the held one is older than this.
+  uint64_t want_map_epoch_ = 0;
   bool closed_ = false;
   ClientStats closed_stats_;  // of sessions closed
   ClientStats own_;           // ops_completed/ops_failed/timeouts of the caller's ops
@@ -191,11 +197,18 @@ absl::Status ClusterClient::Impl::Connect() {
       absl::StrCat("no seed gave a shard map (", absl::StrJoin(failures, "; "), ")"));
 }
 
-absl::Status ClusterClient::Impl::TrySeed(const std::string& seed) {
+std::unique_ptr<Client::Impl> ClusterClient::Impl::NewSession(const std::string& endpoint) const {
   ClientOptions o = options_.base;
-  o.server = seed;
+  o.server = endpoint;
   auto impl = std::make_unique<Client::Impl>(std::move(o));
-  impl->hello_features_ = proto::kFeatureShardMap;
+  impl->hello_features_ =
+      proto::kFeatureShardMap | (options_.slot_words ? proto::kFeatureSlotWords : 0);
+  if (tracker_.has_map()) impl->SetShardMap(tracker_.map().num_slots, tracker_.epoch());
+  return impl;
+}
+
+absl::Status ClusterClient::Impl::TrySeed(const std::string& seed) {
+  std::unique_ptr<Client::Impl> impl = NewSession(seed);
   if (absl::Status st = impl->Init(); !st.ok()) {
     impl->closed_ = true;  // nothing to say goodbye on
     return st;
@@ -208,6 +221,7 @@ absl::Status ClusterClient::Impl::TrySeed(const std::string& seed) {
   // advertised address); else it is only where the map came from.
   for (const std::unique_ptr<NodeConn>& c : conns_) {
     if (c->in_map && c->endpoint == seed && c->impl == nullptr) {
+      impl->SetShardMap(tracker_.map().num_slots, tracker_.epoch());
       c->impl = std::move(impl);
       return absl::OkStatus();
     }
@@ -252,6 +266,12 @@ void ClusterClient::Impl::TakeMaps(NodeConn& c) {
   if (c.impl == nullptr) return;
   for (const proto::ShardMap& m : c.impl->TakeMaps()) {
     ++c.maps_received;
+    if (!options_.follow_pushed_maps && tracker_.has_map() && tracker_.epoch() >= want_map_epoch_) {
+      ++cstats_.maps_dropped;
+      VLOG(1) << "kvclient: dropped a pushed shard map (epoch " << m.epoch << ") from " << c.node_id
+              << ": pinned to epoch " << tracker_.epoch();
+      continue;
+    }
     OfferMap(m, c.node_id);
   }
 }
@@ -305,7 +325,10 @@ void ClusterClient::Impl::OnAdopted() {
     }
   }
   cstats_.map_epoch = map.epoch;
-  for (const std::unique_ptr<NodeConn>& c : conns_) FailStranded(*c);
+  for (const std::unique_ptr<NodeConn>& c : conns_) {
+    if (c->impl != nullptr) c->impl->SetShardMap(map.num_slots, map.epoch);
+    FailStranded(*c);
+  }
 }
 
 // --- submit and routing ----------------------------------------------------------------
@@ -372,10 +395,7 @@ absl::StatusOr<uint32_t> ClusterClient::Impl::TargetOf(const ClusterOp& op) {
 }
 
 absl::Status ClusterClient::Impl::OpenSession(NodeConn& c) {
-  ClientOptions o = options_.base;
-  o.server = c.endpoint;
-  auto impl = std::make_unique<Client::Impl>(std::move(o));
-  impl->hello_features_ = proto::kFeatureShardMap;
+  std::unique_ptr<Client::Impl> impl = NewSession(c.endpoint);
   if (absl::Status st = impl->InitAsync(); !st.ok()) {
     impl->closed_ = true;
     return st;
@@ -471,6 +491,7 @@ void ClusterClient::Impl::OnWrongShard(uint32_t idx, uint32_t conn, uint64_t nod
   }
   o.refreshed = true;
   o.want_epoch = node_epoch;
+  want_map_epoch_ = std::max(want_map_epoch_, node_epoch);
   o.conn = conn;
   // Ops answered together share one MapRequest: one per answer received.
   if (c.request_mark != c.maps_received && c.impl != nullptr &&

@@ -101,6 +101,8 @@ absl::Status Client::Impl::Submit(const OpRequest& op) {
   s.use_rpc = op.kind != OpKind::kGet || s.force_rpc;
   s.read_attempts = 0;
   s.reads = 0;
+  s.word_read = false;
+  s.shard_slot = op.kind == OpKind::kGet && num_slots_ > 0 ? proto::SlotOf(op.key, num_slots_) : 0;
   s.awaiting_response = false;
   s.reported = false;
   s.sends = 0;
@@ -234,6 +236,23 @@ void Client::Impl::PostRead(uint32_t idx, Slot& s, absl::Time now) {
                    rdma::LocalBuf{slot_mr_.get(), uint64_t{idx} * kSlotStride + kSendBufSize, len},
                    ses->welcome.arena_remote_addr + off, ses->welcome.rkey});
   ++s.reads_outstanding;
+  // The slot word after the data, in the same chain on the same QP, while
+  // this client's map is older than the node's guard: the responder
+  // executes an RC QP's READs in order, so a word read as 1 proves the node
+  // served the slot when the data was read (docs/format.md "Slot words").
+  // Both complete before OnReadDone looks at either.
+  s.word_read =
+      ses->slot_words_offset != 0 && num_slots_ > 0 && map_epoch_ < ses->check_below_epoch;
+  if (s.word_read) {
+    read_batch_slot_.push_back(idx);
+    read_batch_.push_back(
+        rdma::ReadWr{MakeWrId(ses->epoch, false, idx),
+                     rdma::LocalBuf{slot_mr_.get(),
+                                    uint64_t{idx} * kSlotStride + kSendBufSize + kReadBufSize, 8},
+                     ses->welcome.arena_remote_addr + ses->slot_words_offset + (s.shard_slot & ~7u),
+                     ses->welcome.rkey});
+    ++s.reads_outstanding;
+  }
   s.state = Slot::State::kReading;
   s.epoch = ses->epoch;
   ++s.reads;
@@ -440,6 +459,20 @@ void Client::Impl::OnReadDone(uint32_t idx, Slot& s, absl::Time now) {
   Session* ses = SessionByEpoch(s.epoch);
   if (ses == nullptr || !ses->geometry.has_value()) {
     Requeue(idx, now);
+    return;
+  }
+  if (s.word_read && WordBuf(idx)[s.shard_slot % 8] == 0) {
+    // The node did not serve the key's slot when the word was read, nor
+    // (the READs ran in order) necessarily when the data was: whatever the
+    // bytes say, the node is asked, and it answers WRONG_SHARD.
+    ++stats_.reads_not_served;
+    if (s.hashed) location_cache_.Erase(s.hash);
+    s.use_rpc = true;
+    if (!CanRead() || ses != current_.get()) {
+      Requeue(idx, now);
+    } else {
+      Start(idx, now);
+    }
     return;
   }
   const char* buf = ReadBuf(idx);

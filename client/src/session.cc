@@ -235,6 +235,19 @@ absl::Status Client::Impl::OnWelcome(Session* s, const proto::Welcome& w) {
       s->geometry = *g;
     }
   }
+  if ((w.features & hello_features_ & proto::kFeatureSlotWords) != 0) {
+    // The node's slot-words table (docs/format.md "Slot words"): every READ
+    // of a GET is followed by one of its word. A table outside the arena is
+    // a node that cannot be read safely: refused as a bad Welcome.
+    if (w.slot_words_size < proto::kMaxSlots || w.slot_words_offset > w.arena_size ||
+        w.slot_words_size > w.arena_size - w.slot_words_offset) {
+      return absl::UnavailableError(absl::StrCat("bad Welcome from ", endpoint, ": slot words at ",
+                                                 w.slot_words_offset, ", ", w.slot_words_size,
+                                                 " bytes, arena of ", w.arena_size));
+    }
+    s->slot_words_offset = w.slot_words_offset;
+    s->check_below_epoch = w.check_below_epoch;
+  }
 
   // QP with its receive buffers posted before the server can send. Local
   // verbs calls: they do not wait for the server.
@@ -243,7 +256,8 @@ absl::Status Client::Impl::OnWelcome(Session* s, const proto::Welcome& w) {
   rdma::QpOptions qopt;
   // One WR per slot in flight (a GET's READ or an RPC's SEND), doubled as
   // headroom: a full queue only defers a post (FlushReads requeues).
-  qopt.max_send_wr = 2 * slot_count();
+  // With slot words a GET's READ is two WRs (its data, then the word).
+  qopt.max_send_wr = (s->slot_words_offset != 0 ? 3 : 2) * slot_count();
   qopt.max_recv_wr = s->recv_buffers;
   qopt.remote_access = 0;  // nobody reads or writes client memory
   qopt.timeout = options_.qp_timeout;

@@ -212,6 +212,12 @@ void OldSide::Request(std::string binary, std::function<void(std::string)> reply
 void OldSide::OnRequest(server::Server::UpgradeRequest request,
                         std::function<void(std::string)> reply) {
   const std::optional<std::string>& binary = request.binary;
+  if (std::optional<std::string> why = server_->UpgradeBlocker(); why.has_value()) {
+    metrics_->Add(UpgradeMetrics::kRefused);
+    LOG(WARNING) << "upgrade: refused: " << *why;
+    reply(JsonAnswer(false, *why));
+    return;
+  }
   if (busy_.exchange(true)) {
     metrics_->Add(UpgradeMetrics::kRefused);
     LOG(WARNING) << "upgrade: refused: an upgrade is already in progress";
@@ -256,6 +262,9 @@ void OldSide::OnRequest(server::Server::UpgradeRequest request,
     absl::MutexLock l(&mu_);
     current_ = a;
   }
+  // Set here, on the control thread, so that nothing this thread does next
+  // (a guard raised for a slot migration) can slip in before the upgrade.
+  server_->SetUpgradeInProgress(true);
   watchdog_ = std::thread([this, a] { Watchdog(a); });
   thread_ = std::thread([this, a] { RunUpgrade(a); });
 }
@@ -263,7 +272,6 @@ void OldSide::OnRequest(server::Server::UpgradeRequest request,
 void OldSide::RunUpgrade(std::shared_ptr<Attempt> ap) {
   Attempt& a = *ap;
   metrics_->ClearLast();
-  server_->SetUpgradeInProgress(true);
   (void)SdNotifyReloading();
   if (options_.cluster != nullptr) options_.cluster->UpgradeStarted();
   absl::Status s = Handoff(ap);

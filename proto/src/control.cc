@@ -104,8 +104,22 @@ absl::Status EncodePayload(const Hello& m, uint16_t version, StringWriter& w) {
   return absl::OkStatus();
 }
 
+// The slot-words fields (kFeatureSlotWords): an 8-byte aligned table of
+// whole words. Where it lies in the arena is the client's to check.
+absl::Status CheckSlotWords(const Welcome& m) {
+  if ((m.features & kFeatureSlotWords) == 0) return absl::OkStatus();
+  if (m.slot_words_offset == 0 || m.slot_words_offset % 8 != 0 || m.slot_words_size == 0 ||
+      m.slot_words_size % 8 != 0 || m.slot_words_size > kMaxSlots) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "control: Welcome slot words at ", m.slot_words_offset, ", ", m.slot_words_size,
+        " bytes: want a non-zero 8-byte aligned offset and 8..", kMaxSlots, " whole words"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status EncodePayload(const Welcome& m, StringWriter& w) {
   if (m.client_id == 0) return absl::InvalidArgumentError("control: Welcome.client_id is 0");
+  if (auto s = CheckSlotWords(m); !s.ok()) return s;
   if (m.max_rpc_credits == 0) {
     return absl::InvalidArgumentError("control: Welcome.max_rpc_credits is 0");
   }
@@ -127,6 +141,11 @@ absl::Status EncodePayload(const Welcome& m, StringWriter& w) {
   w.U32(m.max_key_size);
   w.U32(m.max_value_size);
   PutString(w, m.index_geometry);
+  if ((m.features & kFeatureSlotWords) != 0) {
+    w.U64(m.slot_words_offset);
+    w.U32(m.slot_words_size);
+    w.U64(m.check_below_epoch);
+  }
   return absl::OkStatus();
 }
 
@@ -193,6 +212,17 @@ absl::Status EncodePayload(const ShardMapMsg& m, StringWriter& w) {
   return absl::OkStatus();
 }
 
+absl::Status EncodePayload(const Guard& m, StringWriter& w) {
+  w.U64(m.nonce);
+  w.U64(m.check_below_epoch);
+  return absl::OkStatus();
+}
+
+absl::Status EncodePayload(const GuardAck& m, StringWriter& w) {
+  w.U64(m.nonce);
+  return absl::OkStatus();
+}
+
 // ---- per-message decode ----
 
 absl::StatusOr<ControlMessage> DecodeHello(Reader& r, uint16_t frame_version) {
@@ -225,6 +255,13 @@ absl::StatusOr<ControlMessage> DecodeWelcome(Reader& r) {
   }
   if (!GetString(r, kMaxIndexGeometrySize, &m.index_geometry, &err, "Welcome.index_geometry")) {
     return err;
+  }
+  if ((m.features & kFeatureSlotWords) != 0) {
+    if (!r.U64(&m.slot_words_offset) || !r.U32(&m.slot_words_size) ||
+        !r.U64(&m.check_below_epoch)) {
+      return Truncated("Welcome slot words");
+    }
+    if (auto s = CheckSlotWords(m); !s.ok()) return s;
   }
   if (m.client_id == 0) return absl::InvalidArgumentError("control: Welcome.client_id is 0");
   if (m.max_rpc_credits == 0) {
@@ -300,6 +337,10 @@ std::string MessageTypeName(uint16_t type) {
       return "MapRequest";
     case MessageType::kShardMap:
       return "ShardMap";
+    case MessageType::kGuard:
+      return "Guard";
+    case MessageType::kGuardAck:
+      return "GuardAck";
   }
   return absl::StrCat("Unknown(", type, ")");
 }
@@ -424,6 +465,18 @@ absl::StatusOr<ControlMessage> DecodeControlPayload(const FrameHeader& header,
       absl::StatusOr<ShardMap> map = DecodeShardMap(rest);
       if (!map.ok()) return map.status();
       m = ShardMapMsg{*std::move(map)};
+      break;
+    }
+    case MessageType::kGuard: {
+      Guard g;
+      if (!r.U64(&g.nonce) || !r.U64(&g.check_below_epoch)) return Truncated("Guard");
+      m = g;
+      break;
+    }
+    case MessageType::kGuardAck: {
+      GuardAck a;
+      if (!r.U64(&a.nonce)) return Truncated("GuardAck");
+      m = a;
       break;
     }
     default:

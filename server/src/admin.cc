@@ -43,6 +43,8 @@ const char* AdminCommandName(AdminCommand c) {
       return "drain";
     case AdminCommand::kCheck:
       return "check";
+    case AdminCommand::kGuard:
+      return "guard";
   }
   return "?";
 }
@@ -91,11 +93,14 @@ absl::StatusOr<AdminRequest> ParseAdminRequest(std::string_view line) {
     max_args = 1;
   } else if (w == "check") {
     req.command = AdminCommand::kCheck;
+  } else if (w == "guard") {
+    req.command = AdminCommand::kGuard;
+    max_args = 2;
   } else {
     return absl::InvalidArgumentError(
         absl::StrCat("admin: unknown command '", w.substr(0, 64),
                      "' (ping, stats, metrics, mrs, clients, memory, upgrade [--wait] [BINARY], "
-                     "drain [SECONDS], check)"));
+                     "drain [SECONDS], check, guard up [SECONDS] | down)"));
   }
   if (words.size() - 1 > max_args) {
     return absl::InvalidArgumentError(
@@ -113,6 +118,31 @@ absl::StatusOr<uint32_t> DrainTimeoutSeconds(const AdminRequest& req) {
         "admin: drain takes a timeout of 1..86400 s, not '", req.args[0].substr(0, 64), "'"));
   }
   return s;
+}
+
+absl::StatusOr<GuardArgs> ParseGuardArgs(const AdminRequest& req) {
+  GuardArgs g;
+  if (req.args.empty() || (req.args[0] != "up" && req.args[0] != "down")) {
+    return absl::InvalidArgumentError("admin: guard takes 'up [SECONDS]' or 'down'");
+  }
+  g.up = req.args[0] == "up";
+  if (req.args.size() == 1) return g;
+  if (!g.up) return absl::InvalidArgumentError("admin: 'guard down' takes no argument");
+  if (!absl::SimpleAtoi(req.args[1], &g.ack_timeout_s) || g.ack_timeout_s < 1 ||
+      g.ack_timeout_s > 60) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("admin: guard up takes an acknowledgement time-out of 1..60 s, not '",
+                     req.args[1].substr(0, 64), "'"));
+  }
+  return g;
+}
+
+std::string GuardUpAnswer(uint32_t acknowledged, uint32_t cut) {
+  return Line(json{{"ok", true}, {"guard", "up"}, {"acknowledged", acknowledged}, {"cut", cut}});
+}
+
+std::string GuardDownAnswer(uint64_t check_below_epoch) {
+  return Line(json{{"ok", true}, {"guard", "down"}, {"check_below_epoch", check_below_epoch}});
 }
 
 std::string AccessFlagsString(int access) {

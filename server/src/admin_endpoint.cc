@@ -170,6 +170,25 @@ void ServerImpl::AnswerAdmin(AdminConn& a) {
     case AdminCommand::kDrain:
       StartDrain(a, *req);
       break;
+    case AdminCommand::kGuard: {
+      absl::StatusOr<GuardArgs> g = ParseGuardArgs(*req);
+      if (!g.ok()) {
+        metrics_.Error(ErrorKind::kAdminBadRequest);
+        a.out = AdminErrorAnswer(std::string(g.status().message()));
+        break;
+      }
+      if (!g->up) {
+        LowerGuard();
+        a.out = GuardDownAnswer(CheckBelowEpoch());
+        break;
+      }
+      a.deadline = absl::Now() + absl::Seconds(g->ack_timeout_s) + kAdminTimeout;
+      RaiseGuard(absl::Seconds(g->ack_timeout_s), [reply_later](absl::StatusOr<GuardRaised> r) {
+        reply_later(r.ok() ? GuardUpAnswer(r->acknowledged, r->cut)
+                           : AdminErrorAnswer(std::string(r.status().message())));
+      });
+      return;
+    }
     case AdminCommand::kCheck:
       // Runs on the data thread, which writes: nothing is written meanwhile
       // (RPC GETs and sessions wait too; one-sided READs go on). Its length

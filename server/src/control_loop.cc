@@ -188,6 +188,8 @@ void ServerImpl::OnConnEvents(Conn& c, std::vector<ControlSession::Event>& event
       OnMoveAck(c);
     } else if (std::holds_alternative<ControlSession::MapRequestEvent>(ev)) {
       SendShardMap(c);
+    } else if (auto* g = std::get_if<ControlSession::GuardAckEvent>(&ev)) {
+      OnGuardAck(c, g->nonce);
     } else if (auto* cl = std::get_if<ControlSession::ClosedEvent>(&ev)) {
       OnClosed(c, *cl);
     }
@@ -277,7 +279,10 @@ void ServerImpl::CloseReplaced(uint64_t old_id, const Conn& by) {
 }
 
 uint64_t ServerImpl::SessionFeatures(uint64_t hello_features) const {
-  return opt_.shard_gate != nullptr ? hello_features & proto::kFeatureShardMap : 0;
+  // kFeatureSlotWords only with kFeatureShardMap (MakeWelcome drops it when
+  // the data plane has no table to offer).
+  if (opt_.shard_gate == nullptr || (hello_features & proto::kFeatureShardMap) == 0) return 0;
+  return hello_features & (proto::kFeatureShardMap | proto::kFeatureSlotWords);
 }
 
 proto::Welcome ServerImpl::MakeWelcome(const SessionSetup& setup, uint64_t hello_features) const {
@@ -296,6 +301,19 @@ proto::Welcome ServerImpl::MakeWelcome(const SessionSetup& setup, uint64_t hello
   w.max_key_size = static_cast<uint32_t>(storage::kMaxKeySize);
   w.max_value_size = static_cast<uint32_t>(storage::kMaxValueSize);
   w.index_geometry = store_->geometry().Encode();
+  if ((w.features & proto::kFeatureSlotWords) != 0) {
+    if (setup.slot_words_offset == 0) {
+      w.features &= ~proto::kFeatureSlotWords;
+    } else {
+      w.slot_words_offset = setup.slot_words_offset;
+      w.slot_words_size = proto::kMaxSlots;
+      w.check_below_epoch = CheckBelowEpoch();
+    }
+  }
+  // While the guard is up a session that cannot check the words gets no
+  // index geometry: it GETs by RPC, which the node answers for the slots it
+  // serves only.
+  if (guard_.up && (w.features & proto::kFeatureSlotWords) == 0) w.index_geometry.clear();
   return w;
 }
 
@@ -356,6 +374,8 @@ void ServerImpl::OnShardMapPublished() {
   // Publishes in a burst post one task each; the first pushes the newest.
   const uint64_t version = opt_.shard_gate->version();
   if (version == pushed_map_version_) return;
+  // The slot words follow the map now, not at the data plane's next RPC.
+  if (data_ != nullptr) data_->Post([this] { data_->AdoptShardView(); });
   pushed_map_version_ = version;
   std::vector<uint64_t> ids;
   for (const auto& [id, c] : conns_) {
@@ -443,6 +463,7 @@ void ServerImpl::CloseConn(Conn& c, bool vanished) {
     LOG(WARNING) << "client " << c.client_id << " went away before acknowledging Move";
   }
   conns_.erase(id);
+  GuardLeft(id);
 }
 
 void ServerImpl::Timers() {
@@ -478,6 +499,7 @@ void ServerImpl::Timers() {
       if (c->session.SendKeepalive(++c->nonce).ok()) FlushConn(*c);
     }
   }
+  GuardTimers(now);
   std::vector<uint64_t> late;
   for (const auto& [id, a] : admins_) {
     if (now > a->deadline) late.push_back(id);

@@ -136,6 +136,10 @@ void ControlSession::Handle(proto::ControlMessage m, std::vector<Event>* events)
         events->push_back(MapRequestEvent{r->known_epoch});
         return;
       }
+      if (auto* g = std::get_if<proto::GuardAck>(&m); g != nullptr && slot_words_feature()) {
+        events->push_back(GuardAckEvent{g->nonce});
+        return;
+      }
       return unexpected();
     }
     case SessionState::kAwaitWelcome:
@@ -203,6 +207,14 @@ absl::Status ControlSession::SendShardMap(const proto::ShardMap& map) {
         "ShardMap outside kReady or to a session without kFeatureShardMap");
   }
   return proto::EncodeControl(proto::ShardMapMsg{map}, &out_);
+}
+
+absl::Status ControlSession::SendGuard(const proto::Guard& g) {
+  if (state_ != SessionState::kReady || !slot_words_feature()) {
+    return absl::FailedPreconditionError(
+        "Guard outside kReady or to a session without kFeatureSlotWords");
+  }
+  return proto::EncodeControl(g, &out_);
 }
 
 }  // namespace kvnode::server

@@ -158,6 +158,9 @@ DataPlane::~DataPlane() {
 void DataPlane::Start() {
   if (started_) return;
   started_ = true;
+  // The slot words of the view published so far (the persisted map) before
+  // the first session (the thread does not run yet: this one owns it).
+  RefreshShardView();
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -295,6 +298,22 @@ absl::Status DataPlane::NewClientId(uint64_t* client_id) const {
   return absl::OkStatus();
 }
 
+void DataPlane::WriteSlotWords() {
+  if (res_.slot_words == nullptr || config_.shard_gate == nullptr) return;
+  const uint32_t changed = StoreSlotWords(shard_view_.get(), res_.slot_words);
+  const uint64_t epoch = shard_view_ != nullptr ? shard_view_->map.epoch : 0;
+  config_.shard_gate->NoteSlotWords(epoch);
+  VLOG(1) << "slot words of map epoch " << epoch << ": " << changed << " changed";
+}
+
+void DataPlane::SetSlotWords(uint8_t* words, uint64_t offset) {
+  if (res_.slot_words != nullptr || words == nullptr) return;
+  res_.slot_words = words;
+  res_.slot_words_offset = offset;
+  RefreshShardView();
+  WriteSlotWords();
+}
+
 absl::StatusOr<SessionSetup> DataPlane::CreateSession(uint64_t conn_id,
                                                       uint64_t requested_client_id,
                                                       const ResumeSecret& presented_secret,
@@ -303,6 +322,9 @@ absl::StatusOr<SessionSetup> DataPlane::CreateSession(uint64_t conn_id,
     return absl::AlreadyExistsError(absl::StrCat("connection ", conn_id, " has a session"));
   }
   SessionSetup setup;
+  // The words the Welcome offers show the gate's view from here on.
+  RefreshShardView();
+  setup.slot_words_offset = res_.slot_words != nullptr ? res_.slot_words_offset : 0;
   uint64_t client_id = 0;
   if (requested_client_id != 0) {
     const ClientRecord* rec = records_.Find(requested_client_id);

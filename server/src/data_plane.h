@@ -74,6 +74,11 @@ struct DataPlaneResources {
   std::shared_ptr<rdma::Mr> pool_mr;   // LOCAL_WRITE; RPC buffers
   uint8_t* pool_base = nullptr;
   uint64_t arena_size = 0;
+  // The arena's slot-words table (a cluster node's; docs/format.md "Slot
+  // words"), its arena offset; null and 0 when the arena has none yet
+  // (SetSlotWords gives it later).
+  uint8_t* slot_words = nullptr;
+  uint64_t slot_words_offset = 0;
 };
 
 // What the control thread needs to answer Hello.
@@ -85,6 +90,10 @@ struct SessionSetup {
   bool resume_refused = false;
   proto::QpInfo qp;
   uint32_t rkey = 0;  // predicted rkey of the window (bound at Connect), or the MR's
+  // The slot-words table's arena offset when the data plane keeps one
+  // (Welcome.slot_words_offset with kFeatureSlotWords), else 0. Its words
+  // show the gate's view as of this session's creation.
+  uint64_t slot_words_offset = 0;
   // Set when this Hello resumed a client id that had a live session: that
   // session's control connection must be told Goodbye{kReplaced}.
   std::optional<uint64_t> replaced_conn;
@@ -131,6 +140,15 @@ class DataPlane {
   // memory and in RocksDB, unless another session of the id is live.
   void CloseSession(uint64_t conn_id, const std::string& why, bool forget_client = false);
   void SetWritesPaused(bool paused) { writes_paused_ = paused; }
+  // Adopts the gate's current view now (RefreshShardView): the server posts
+  // it when the gate publishes, so that the slot words change with the map
+  // and not with the next RPC.
+  void AdoptShardView() { RefreshShardView(); }
+  // The slot-words table of an arena that had none when the data plane was
+  // created (made by this process once it became the writer); its words
+  // are stored from the current view at once. Sessions created from now on
+  // are offered it.
+  void SetSlotWords(uint8_t* words, uint64_t offset);
   bool writes_paused() const { return writes_paused_; }
   std::vector<ClientRow> ClientRows() const;
   std::vector<MrRow> WindowRows() const;
@@ -176,14 +194,17 @@ class DataPlane {
   void PostAnswers();
   RpcContext ContextFor(ClientRecord& record) const;
   // Re-reads the gate's view when it was published since (one atomic load
-  // otherwise).
+  // otherwise), and stores the slot words of a new view (the data thread is
+  // their one writer) before anything is served by it.
   void RefreshShardView() {
     if (config_.shard_gate == nullptr) return;
     const uint64_t v = config_.shard_gate->version();
     if (v == shard_version_) return;
     shard_version_ = v;
     shard_view_ = config_.shard_gate->Current();
+    WriteSlotWords();
   }
+  void WriteSlotWords();
   absl::Status PostRecvSlot(Session& s, uint32_t slot);
   uint64_t RecvOffset(const Session& s, uint32_t slot) const;
   uint64_t SendOffset(const Session& s, uint32_t slot) const;

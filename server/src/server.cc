@@ -169,6 +169,7 @@ void Server::SetUpgradeHandler(UpgradeHandler handler) {
     h(*this, std::move(request), std::move(reply));
   };
 }
+std::optional<std::string> Server::UpgradeBlocker() const { return impl_->GuardBlocksUpgrade(); }
 void Server::RunOnControlThread(std::function<void()> task) {
   impl_->control_tasks_->Post(std::move(task));
 }

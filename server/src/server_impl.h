@@ -25,6 +25,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
@@ -88,6 +89,23 @@ struct Conn {
   Conn(ControlConfig c, Liveness l) : session(std::move(c)), liveness(l) {}
 };
 
+// The node's guard (guard.cc). Control thread only.
+struct GuardRaised {
+  uint32_t acknowledged = 0;  // sessions that acknowledged the Guard
+  uint32_t cut = 0;           // sessions cut instead (no slot words, late, mid-handshake)
+};
+using GuardDone = std::function<void(absl::StatusOr<GuardRaised>)>;
+struct GuardState {
+  bool up = false;
+  uint64_t nonce = 0;                     // of the last Guard sent
+  absl::flat_hash_set<uint64_t> waiting;  // conn ids whose GuardAck is due
+  absl::Time deadline;                    // then the waiting are cut
+  uint64_t finish_seq = 0;                // FinishGuard's latest round trip
+  uint32_t acked = 0;
+  uint32_t cut = 0;
+  std::vector<GuardDone> done;  // RaiseGuard callers not answered yet
+};
+
 struct AdminConn {
   uint64_t id = 0;
   base::UniqueFd fd;
@@ -132,11 +150,36 @@ class ServerImpl {
   void OnSessionCreated(uint64_t id, absl::StatusOr<SessionSetup> setup);
   void CloseReplaced(uint64_t old_id, const Conn& by);
   proto::Welcome MakeWelcome(const SessionSetup& setup, uint64_t hello_features) const;
-  // kFeatureShardMap when this node has a shard gate and `hello_features` asks for it.
+  // kFeatureShardMap when this node has a shard gate and `hello_features`
+  // asks for it, and then kFeatureSlotWords too when asked for.
   uint64_t SessionFeatures(uint64_t hello_features) const;
   void OnClientQp(Conn& c, const proto::QpInfo& qp);
+  // A cluster node that is the arena's writer: makes the slot-words table
+  // when the arena has none (cold start, a takeover from a build without
+  // it) and hands it to the data plane. A failure is logged: the node then
+  // serves without offering kFeatureSlotWords.
+  void EnsureSlotWords();
   void OnQpConnected(uint64_t id, const absl::Status& st, absl::Time connected_at);
   void OnMoveAck(Conn& c);
+  // --- the guard (guard.cc; docs/cluster.md "Slot migration") --------------
+  // What a Welcome or Guard tells a client with slot words: check them below
+  // this map epoch (kGuardUp while the guard is up, else the node's epoch).
+  uint64_t CheckBelowEpoch() const;
+  // Tells every session to check the slot words and answers `done` once
+  // each has acknowledged or been cut (its QP gone): then no client READs
+  // this node's arena unchecked until LowerGuard. A session without slot
+  // words, or one in its handshake, is cut at once; one that does not
+  // acknowledge within `ack_timeout` is cut then.
+  void RaiseGuard(absl::Duration ack_timeout, GuardDone done);
+  // Clients on maps older than the node's go on checking; the rest stop.
+  void LowerGuard();
+  // Why a live upgrade must wait (the guard is up), or nullopt.
+  std::optional<std::string> GuardBlocksUpgrade() const;
+  void OnGuardAck(Conn& c, uint64_t nonce);
+  void GuardLeft(uint64_t conn_id);  // a connection closed
+  void GuardTimers(absl::Time now);
+  void CutForGuard(Conn& c, std::string_view why);
+  void FinishGuard();
   // Shard map (ServerOptions::shard_gate): the current map to one ready
   // session that negotiated kFeatureShardMap (nothing while there is none),
   // and to all of them after a Publish.
@@ -222,6 +265,7 @@ class ServerImpl {
   uint64_t next_conn_id_ = kFirstConnId;
   uint64_t pending_creates_ = 0;     // Hellos sent to the data plane, not answered
   uint64_t pushed_map_version_ = 0;  // the gate's version last pushed to every session
+  GuardState guard_;
 };
 
 }  // namespace kvnode::server

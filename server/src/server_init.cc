@@ -112,6 +112,7 @@ absl::Status ServerImpl::Init(InheritedSockets inherited) {
             << store_->arena_size() << " bytes, generation " << ss.generation << ": "
             << store_->open_reason();
   phases.Done(absl::StrCat("store (", storage::OpenedAsName(store_->opened_as()), ")"));
+  EnsureSlotWords();  // before the data plane: it stores the words from the start
 
   // The arena exists now (this start created, rebuilt or claimed it: it is
   // dirty either way). A start that fails from here on removes its name, so
@@ -179,8 +180,30 @@ absl::Status ServerImpl::InitForTakeover(const std::function<absl::Status()>& af
   return InitEpoll();
 }
 
+static_assert(storage::kSlotWordsBytes == proto::kMaxSlots,
+              "the slot-words table has one byte per slot of the largest map");
+
+void ServerImpl::EnsureSlotWords() {
+  if (opt_.shard_gate == nullptr) return;
+  const bool had = store_->arena().slot_words_offset() != 0;
+  absl::StatusOr<uint64_t> off = store_->EnsureSlotWords();
+  if (!off.ok()) {
+    LOG(ERROR) << "cluster: no slot-words table, clients will not be offered kFeatureSlotWords "
+                  "(a client on an old map may read a slot this node gave away): "
+               << off.status();
+    return;
+  }
+  if (!had) LOG(INFO) << "cluster: slot-words table made at arena offset " << *off;
+  if (data_ != nullptr) {
+    data_->Post([this, off = *off] {
+      data_->SetSlotWords(reinterpret_cast<uint8_t*>(store_->arena_base() + off), off);
+    });
+  }
+}
+
 absl::Status ServerImpl::CompleteSwitch(InheritedSockets inherited, uint64_t last_version) {
   if (absl::Status s = store_->BecomeJournalWriter(last_version); !s.ok()) return s;
+  EnsureSlotWords();  // an old process of a build without the table left none
   if (absl::Status s = InitSockets(inherited); !s.ok()) return s;
   if (absl::Status s = AddSocketsToEpoll(); !s.ok()) return s;
   return WritePidFileAndLog();
@@ -191,6 +214,7 @@ absl::Status ServerImpl::CompleteTakeover(InheritedSockets inherited) {
   if (absl::Status s = store_->OpenDb(); !s.ok()) return s;
   LOG(INFO) << "takeover: RocksDB " << opt_.db_path << " opened in "
             << absl::FormatDuration(absl::Now() - t0);
+  EnsureSlotWords();
   // The dedupe records persisted with the writes: all a new process trusts
   // when the old one died before HandOver (records it sent before it died
   // may be older than what it persisted since). The data thread does not
@@ -396,6 +420,12 @@ absl::Status ServerImpl::InitRegistrationAndDataPlane() {
   dc.shard_gate = opt_.shard_gate;
   DataPlaneResources res{
       device_, pd_, arena_mr_, pool_mr_, pool_mem_.bytes(), store_->arena_size()};
+  if (opt_.shard_gate != nullptr && store_->arena().slot_words_offset() != 0) {
+    // Made by this process (a cold start) or found at attach (the old
+    // process's): the data plane stores the words, and only it.
+    res.slot_words_offset = store_->arena().slot_words_offset();
+    res.slot_words = reinterpret_cast<uint8_t*>(store_->arena_base() + res.slot_words_offset);
+  }
   TaskQueue* ctq = control_tasks_.get();
   absl::StatusOr<std::unique_ptr<DataPlane>> dp =
       DataPlane::Create(dc, std::move(res), backend_.get(), &metrics_,

@@ -2,6 +2,7 @@
 #include "kvnode/server/shard_gate.h"
 
 #include <algorithm>
+#include <atomic>
 #include <utility>
 
 namespace kvnode::server {
@@ -33,6 +34,18 @@ std::shared_ptr<const ShardView> ShardView::ForNode(proto::ShardMap map, std::st
 
 bool ShardView::OwnsKey(std::string_view key) const {
   return map.num_slots != 0 && Owns(proto::SlotOf(key, map.num_slots));
+}
+
+uint32_t StoreSlotWords(const ShardView* view, uint8_t* words) {
+  uint32_t changed = 0;
+  for (uint32_t s = 0; s < proto::kMaxSlots; ++s) {
+    const uint8_t want = view != nullptr && view->Owns(s) ? 1 : 0;
+    std::atomic_ref<uint8_t> word(words[s]);
+    if (word.load(std::memory_order_relaxed) == want) continue;
+    word.store(want, std::memory_order_release);
+    ++changed;
+  }
+  return changed;
 }
 
 void ShardGate::Publish(std::shared_ptr<const ShardView> view) {

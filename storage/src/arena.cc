@@ -373,6 +373,29 @@ absl::Status Arena::Bind(const ArenaOptions& options, bool created) {
   }
   header_ = h;
   limbo_ = At<LimboEntry>(h->limbo_offset);
+  return FindSlotWords();
+}
+
+absl::Status Arena::FindSlotWords() {
+  std::pair<uint64_t*, std::size_t> found{nullptr, 0};
+  try {
+    found = impl_->sm->find<uint64_t>(kSlotWordsName);
+  } catch (const std::exception& e) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("arena ", path_, ": looking up the slot words: ", e.what()));
+  }
+  if (found.first == nullptr) {
+    slot_words_offset_ = 0;
+    return absl::OkStatus();
+  }
+  const uint64_t off = OffsetOf(found.first);
+  if (found.second != kSlotWordsBytes / 8 || off % 8 != 0 || off > size_ ||
+      kSlotWordsBytes > size_ - off) {
+    return absl::FailedPreconditionError(absl::StrCat("arena ", path_, ": slot words of ",
+                                                      found.second * 8, " bytes at ", off,
+                                                      ", expected ", kSlotWordsBytes));
+  }
+  slot_words_offset_ = off;
   return absl::OkStatus();
 }
 
@@ -414,6 +437,35 @@ void Arena::Deallocate(uint64_t offset) {
 
 bool Arena::HeapMayBeTorn() const {
   return std::atomic_ref<uint64_t>(header_->heap_busy).load(std::memory_order_acquire) != 0;
+}
+
+absl::StatusOr<uint64_t> Arena::EnsureSlotWords() {
+  if (slot_words_offset_ != 0) return slot_words_offset_;
+  uint64_t* words = nullptr;
+  {
+    HeapBusy busy(header_);
+    try {
+      words = impl_->sm->construct<uint64_t>(kSlotWordsName, std::nothrow)[kSlotWordsBytes / 8](0);
+    } catch (const std::exception& e) {
+      // Already there (another writer made it since we looked): found below.
+      LOG(WARNING) << "arena " << path_ << ": creating the slot words: " << e.what();
+    }
+  }
+  if (words == nullptr) {
+    if (absl::Status s = FindSlotWords(); !s.ok()) return s;
+    if (slot_words_offset_ == 0) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("arena ", path_, ": no room for the ", kSlotWordsBytes, "-byte slot words"));
+    }
+    return slot_words_offset_;
+  }
+  const uint64_t off = OffsetOf(words);
+  if (off % 8 != 0) {
+    return absl::InternalError(
+        absl::StrCat("arena ", path_, ": slot words at ", off, ", not 8-byte aligned"));
+  }
+  slot_words_offset_ = off;
+  return off;
 }
 
 uint64_t Arena::HeapFreeBytes() const { return impl_->sm->get_free_memory(); }

@@ -771,6 +771,18 @@ void Store::StopWriting() {
   writer_.reset();
 }
 
+absl::StatusOr<uint64_t> Store::EnsureSlotWords() {
+  absl::MutexLock w(&write_mu_);
+  {
+    absl::ReaderMutexLock a(&arena_mu_);
+    if (writer_ == nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "arena ", arena_->path(), ": the slot words are made by the writer, not this process"));
+    }
+  }
+  return arena_->EnsureSlotWords();
+}
+
 absl::Status Store::CheckHeap() const {
   if (!arena_->HeapMayBeTorn()) return absl::OkStatus();
   return absl::FailedPreconditionError(

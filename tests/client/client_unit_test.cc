@@ -13,6 +13,7 @@
 #include <fstream>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "client_impl.h"
 #include "kvnode/client/admin.h"
@@ -64,9 +65,107 @@ class ImplTestPeer {
     c.closed_ = true;  // nothing to tear down: no device, no socket
     return state;
   }
+
+  // Slot 0 holds a GET whose home-bucket READ and the READ of its slot
+  // word (kFeatureSlotWords) have both completed on the current session.
+  // The bucket is empty: decoded, it says NotFound. The word's byte of the
+  // key's slot is `word`. Returns the slot's state afterwards, its status,
+  // and the client's reads_not_served.
+  struct WordedRead {
+    Slot::State state;
+    absl::Status status;
+    uint64_t not_served;
+  };
+  static WordedRead WordedReadDone(uint8_t word) {
+    Client::Impl c(ClientOptions{});
+    storage::Geometry g;
+    g.arena_size = 8 << 20;
+    g.index_offset = 4096;
+    g.bucket_count = 1024;
+    g.hash_seed = 7;
+    absl::StatusOr<rdma::HostMemory> mem =
+        rdma::HostMemory::Allocate((size_t{Client::Impl::kSlotStride} + 4095) / 4096 * 4096);
+    EXPECT_TRUE(mem.ok()) << mem.status();
+    c.slot_mem_ = *std::move(mem);
+    auto ses = std::make_unique<Session>();
+    ses->epoch = 1;
+    ses->geometry = g;
+    ses->state = SessionState::kUp;
+    ses->slot_words_offset = 1 << 20;
+    ses->welcome.arena_size = g.arena_size;
+    ses->welcome.max_rpc_message_size = 4096;
+    c.current_ = std::move(ses);
+    c.SetShardMap(4096, 1);
+    c.slots_.resize(1);
+    Slot& s = c.slots_[0];
+    s.state = Slot::State::kReading;
+    s.kind = OpKind::kGet;
+    s.key = "key";
+    s.epoch = 1;
+    s.deadline = absl::InfiniteFuture();
+    s.shard_slot = 13;
+    s.word_read = true;
+    s.step = storage::FirstRead(g, c.KeyHashOf(s, g));
+    const_cast<uint8_t*>(c.WordBuf(0))[13 % 8] = word;
+    c.OnReadDone(0, s, absl::Now());
+    WordedRead r{s.state, s.status, c.stats_.reads_not_served};
+    c.closed_ = true;
+    return r;
+  }
+
+  // A Guard arrives on the current session while slot 0's READ is
+  // outstanding, posted with (`checked`) or without a word check. Returns
+  // whether a GuardAck went out at once, and whether one had gone out once
+  // the READ completed (reads_outstanding 0), read from the socket's other
+  // end: the acknowledgement promises no unchecked READ is left.
+  static std::pair<bool, bool> GuardAcked(bool checked) {
+    Client::Impl c(ClientOptions{});
+    int fds[2];
+    EXPECT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, fds), 0);
+    base::UniqueFd node(fds[1]);
+    auto ses = std::make_unique<Session>();
+    ses->epoch = 1;
+    ses->state = SessionState::kUp;
+    ses->fd.Reset(fds[0]);
+    ses->slot_words_offset = 1 << 20;
+    ses->welcome.features = proto::kFeatureShardMap | proto::kFeatureSlotWords;
+    c.hello_features_ = ses->welcome.features;
+    Session* raw = ses.get();
+    c.current_ = std::move(ses);
+    c.slots_.resize(1);
+    Slot& s = c.slots_[0];
+    s.state = Slot::State::kReading;
+    s.epoch = 1;
+    s.word_read = checked;
+    s.reads_outstanding = checked ? 2 : 1;
+    auto acked = [&] {
+      std::string bytes(256, '\0');
+      const ssize_t n = read(node.get(), bytes.data(), bytes.size());
+      if (n <= 0) return false;
+      absl::StatusOr<proto::ControlMessage> m =
+          proto::DecodeControlFrame(proto::AsBytes(std::string_view(bytes.data(), n)));
+      EXPECT_TRUE(m.ok()) << m.status();
+      return m.ok() && std::get<proto::GuardAck>(*m).nonce == 9;
+    };
+    c.OnGuard(raw, proto::Guard{9, proto::kGuardUp});
+    EXPECT_EQ(raw->check_below_epoch, proto::kGuardUp);
+    const bool at_once = acked();
+    s.reads_outstanding = 0;
+    c.TryAckGuard(raw);
+    const bool after = at_once || acked();
+    c.closed_ = true;
+    return {at_once, after};
+  }
 };
 
 namespace {
+
+// A Guard is acknowledged at once when every READ in flight checks its slot
+// word, and only once the unchecked one has completed otherwise.
+TEST(Guard, AcknowledgedOnceNoUncheckedReadIsLeft) {
+  EXPECT_EQ(ImplTestPeer::GuardAcked(true), std::make_pair(true, true));
+  EXPECT_EQ(ImplTestPeer::GuardAcked(false), std::make_pair(false, true));
+}
 
 // A READ that completes after its session stopped being the current one
 // (the node said Goodbye, or a Move installed another) goes back to the
@@ -79,6 +178,21 @@ TEST(ReadDone, StaleCachedReadOnARetiredSessionIsRequeued) {
   other->epoch = 2;
   other->state = SessionState::kUp;
   EXPECT_EQ(ImplTestPeer::StaleCachedReadDone(std::move(other)), Slot::State::kQueued);
+}
+
+// A READ whose slot word says the node does not serve the key's slot
+// (byte 0) is not decoded, whatever it holds: the GET goes to the node by
+// RPC (here queued for a credit) and is counted; with the byte 1 the same
+// bytes are the answer (an empty bucket: NotFound).
+TEST(ReadDone, ASlotWordOfZeroSendsTheGetToTheNode) {
+  const ImplTestPeer::WordedRead not_served = ImplTestPeer::WordedReadDone(0);
+  EXPECT_NE(not_served.state, Slot::State::kDone);
+  EXPECT_EQ(not_served.state, Slot::State::kQueued);
+  EXPECT_EQ(not_served.not_served, 1u);
+  const ImplTestPeer::WordedRead served = ImplTestPeer::WordedReadDone(1);
+  EXPECT_EQ(served.state, Slot::State::kDone);
+  EXPECT_TRUE(absl::IsNotFound(served.status)) << served.status;
+  EXPECT_EQ(served.not_served, 0u);
 }
 
 // The location cache is bounded, keyed by the whole hash (bucket and

@@ -7,7 +7,10 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <chrono>
 #include <cstring>
+#include <functional>
+#include <future>
 #include <memory>
 #include <optional>
 #include <string>
@@ -71,13 +74,20 @@ enum class MapBy { kPush, kRequest, kNever };
 
 // The handshake of a member (features: what its Welcome offers), then its
 // map as `by` says; then it stays until the client closes.
+// With kFeatureSlotWords the Welcome names a table at `words_offset`.
+// `then` runs after the map went out, before the member waits for the close.
 void PlayMember(int c, uint64_t features, MapBy by, const std::string* endpoint,
-                const std::array<uint8_t, 16>& gid) {
+                const std::array<uint8_t, 16>& gid, uint64_t words_offset = 4096,
+                const std::function<void()>& then = {}) {
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
   proto::Welcome w;
   w.client_id = 5;
   w.server_generation = 1;
   w.features = features;
+  if ((features & proto::kFeatureSlotWords) != 0) {
+    w.slot_words_offset = words_offset;
+    w.slot_words_size = proto::kMaxSlots;
+  }
   w.server_qp.qpn = 17;  // nobody: no READ or SEND is ever posted to it
   w.server_qp.mtu = 3;
   w.server_qp.gid = gid;
@@ -98,6 +108,7 @@ void PlayMember(int c, uint64_t features, MapBy by, const std::string* endpoint,
     }
     ASSERT_TRUE(proto::WriteControl(c, proto::ShardMapMsg{TwoNodes(*endpoint)}, deadline).ok());
   }
+  if (then) then();
   WaitForClose(c);
 }
 
@@ -125,7 +136,7 @@ TEST(ClusterConnect, PushedMapThenADeadOwnersKeyFailsAtOnce) {
   ASSERT_TRUE(cc.ok()) << cc.status();
   ClusterClient& c = **cc;
   ASSERT_TRUE(node.hello().has_value());
-  EXPECT_EQ(node.hello()->features, proto::kFeatureShardMap);
+  EXPECT_EQ(node.hello()->features, proto::kFeatureShardMap | proto::kFeatureSlotWords);
   EXPECT_EQ(c.map_epoch(), 3u);
   // (Whether the push beat map_wait, or a MapRequest fetched it, depends on
   // the machine's load: either way the map is the node's.)
@@ -163,12 +174,92 @@ TEST(ClusterConnect, NoPushInTimeAsksWithMapRequest) {
   FakeNode node(
       [&](int c) { PlayMember(c, proto::kFeatureShardMap, MapBy::kRequest, &endpoint, gid); });
   endpoint = node.endpoint();
-  absl::StatusOr<std::unique_ptr<ClusterClient>> cc =
-      ClusterClient::Connect(Options(dev, {endpoint}));
+  ClusterClientOptions o = Options(dev, {endpoint});
+  o.slot_words = false;  // and a client that does not ask for slot words
+  absl::StatusOr<std::unique_ptr<ClusterClient>> cc = ClusterClient::Connect(o);
   ASSERT_TRUE(cc.ok()) << cc.status();
+  ASSERT_TRUE(node.hello().has_value());
+  EXPECT_EQ(node.hello()->features, proto::kFeatureShardMap);
   EXPECT_EQ((*cc)->map_epoch(), 3u);
   EXPECT_EQ((*cc)->cluster_stats().map_requests, 1u);
   cc->reset();
+  ExpectNoVerbsObjects();
+}
+
+// follow_pushed_maps: a map pushed after Connect is taken by a following
+// client and dropped (counted) by a pinned one, which keeps its epoch.
+TEST(ClusterConnect, APinnedClientDropsPushedMaps) {
+  KVNODE_REQUIRE_DEVICE(dev);
+  const std::array<uint8_t, 16> gid = DeviceGid(dev);
+  for (const bool follow : {false, true}) {
+    std::promise<void> connected;
+    std::shared_future<void> go = connected.get_future().share();
+    std::string endpoint;
+    FakeNode node([&](int c) {
+      PlayMember(c, proto::kFeatureShardMap, MapBy::kPush, &endpoint, gid, 4096, [&] {
+        ASSERT_EQ(go.wait_for(std::chrono::seconds(30)), std::future_status::ready);
+        proto::ShardMap next = TwoNodes(endpoint);
+        next.epoch = 4;
+        ASSERT_TRUE(
+            proto::WriteControl(c, proto::ShardMapMsg{next}, absl::Now() + absl::Seconds(30)).ok());
+      });
+    });
+    endpoint = node.endpoint();
+    ClusterClientOptions o = Options(dev, {endpoint});
+    o.follow_pushed_maps = follow;
+    absl::StatusOr<std::unique_ptr<ClusterClient>> cc = ClusterClient::Connect(o);
+    ASSERT_TRUE(cc.ok()) << cc.status();
+    ClusterClient& c = **cc;
+    EXPECT_EQ(c.map_epoch(), 3u);
+    connected.set_value();
+    const absl::Time deadline = absl::Now() + absl::Seconds(20);
+    while (absl::Now() < deadline &&
+           (follow ? c.map_epoch() != 4 : c.cluster_stats().maps_dropped == 0)) {
+      (void)c.Poll({});
+      c.Wait(absl::Now() + absl::Milliseconds(5));
+    }
+    EXPECT_EQ(c.map_epoch(), follow ? 4u : 3u) << "follow_pushed_maps " << follow;
+    EXPECT_EQ(c.cluster_stats().maps_dropped, follow ? 0u : 1u);
+    EXPECT_TRUE(c.Close().ok());
+    cc->reset();
+  }
+  ExpectNoVerbsObjects();
+}
+
+// A node whose Welcome puts its slot words outside its arena cannot be
+// read safely: the session is refused, and with it the only seed.
+TEST(ClusterConnect, SlotWordsOutsideTheArenaAreRefused) {
+  KVNODE_REQUIRE_DEVICE(dev);
+  const std::array<uint8_t, 16> gid = DeviceGid(dev);
+  std::optional<bool> sent_qp;
+  {
+    FakeNode node([&](int c) {
+      proto::Welcome w;
+      w.client_id = 5;
+      w.server_generation = 1;
+      w.features = proto::kFeatureShardMap | proto::kFeatureSlotWords;
+      w.slot_words_offset = (1 << 20) - 4096;  // 64 KiB from there run past the arena
+      w.slot_words_size = proto::kMaxSlots;
+      w.server_qp.qpn = 17;
+      w.server_qp.mtu = 3;
+      w.server_qp.gid = gid;
+      w.arena_size = 1 << 20;
+      w.max_rpc_credits = 4;
+      w.max_rpc_message_size = 4096;
+      const absl::Time deadline = absl::Now() + absl::Seconds(30);
+      ASSERT_TRUE(proto::WriteControl(c, w, deadline).ok());
+      // The client goes without a ClientQp: it will not use this node.
+      absl::StatusOr<proto::ControlMessage> m = proto::ReadControl(c, deadline);
+      sent_qp = m.ok() && std::holds_alternative<proto::ClientQp>(*m);
+      WaitForClose(c);
+    });
+    absl::StatusOr<std::unique_ptr<ClusterClient>> cc =
+        ClusterClient::Connect(Options(dev, {node.endpoint()}));
+    ASSERT_FALSE(cc.ok());
+    EXPECT_NE(cc.status().message().find("slot words at"), std::string::npos) << cc.status();
+  }  // the node's script has ended
+  ASSERT_TRUE(sent_qp.has_value());
+  EXPECT_FALSE(*sent_qp);
   ExpectNoVerbsObjects();
 }
 

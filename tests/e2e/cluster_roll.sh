@@ -9,6 +9,9 @@
 #     1) naming the roll id;
 #   - the load: zero failed operations, zero verify errors, its history
 #     linearizable.
+# KV_NODE_BIN_PREV=PATH makes build a that binary, a build of an earlier
+# commit: the rolls then go new -> old -> new and the fleet mixes two real
+# builds under the load of this build's clients (the mixed-version test).
 # ~3 min in the TCG guest.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/upgrade_lib.sh"

@@ -211,9 +211,12 @@ std::unique_ptr<Session> Open(const OpenOptions& o) {
   h.features = o.features;
   if (!proto::WriteControl(s->fd, h, Deadline()).ok()) Fail("send Hello");
   s->w = Expect<proto::Welcome>(s->fd, "Welcome");
-  absl::StatusOr<storage::Geometry> g = storage::Geometry::Decode(s->w.index_geometry);
-  if (!g.ok()) Fail(absl::StrCat("geometry: ", g.status().ToString()));
-  s->g = *g;
+  // No geometry: the node offers no READs to this session (GETs by RPC).
+  if (!s->w.index_geometry.empty()) {
+    absl::StatusOr<storage::Geometry> g = storage::Geometry::Decode(s->w.index_geometry);
+    if (!g.ok()) Fail(absl::StrCat("geometry: ", g.status().ToString()));
+    s->g = *g;
+  }
   if (!o.finish) return s;
   rdma::QpOptions qo = o.qp;
   qo.remote_access = 0;

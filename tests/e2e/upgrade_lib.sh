@@ -22,11 +22,14 @@ read -ra UP_NODE_FLAGS <<<"${KV_UP_NODE_FLAGS:-}"
 up_make_builds() {
   local dir=$1 real=${KV_NODE_BIN_REAL:-$KV_BUILD/node/kvnode}
   for b in a b; do
-    local other=b
+    local other=b bin=$real
     [[ $b == b ]] && other=a
+    # KV_NODE_BIN_PREV: build a is that binary (a build of an earlier
+    # commit), so that the two builds really differ.
+    [[ $b == a ]] && bin=${KV_NODE_BIN_PREV:-$real}
     # The wrapper's flags come last so they win over the inherited argv.
     printf '#!/bin/sh\nexec "%s" "$@" --build_id=build-%s --upgrade_binary=%s\n' \
-      "$real" "$b" "$dir/kvnode-$other" >"$dir/kvnode-$b"
+      "$bin" "$b" "$dir/kvnode-$other" >"$dir/kvnode-$b"
     chmod 755 "$dir/kvnode-$b"
   done
 }

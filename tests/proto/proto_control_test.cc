@@ -3,6 +3,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -77,6 +78,9 @@ std::vector<ControlMessage> AllMessages() {
       Error{ErrorCode::kAuthFailed, "bad token"},
       MapRequest{3},
       ShardMapMsg{SampleMap()},
+      Guard{7, kGuardUp},
+      Guard{8, 12},
+      GuardAck{7},
   };
 }
 
@@ -103,9 +107,10 @@ TEST(ControlTest, RoundTripEveryMessage) {
 }
 
 TEST(ControlTest, EveryMessageTypeIsCovered) {
-  std::vector<bool> seen(11, false);
+  constexpr size_t kTypes = std::variant_size_v<ControlMessage>;
+  std::vector<bool> seen(kTypes + 1, false);
   for (const ControlMessage& m : AllMessages()) seen[static_cast<size_t>(TypeOf(m))] = true;
-  for (size_t t = 1; t <= 10; ++t) EXPECT_TRUE(seen[t]) << MessageTypeName(t);
+  for (size_t t = 1; t <= kTypes; ++t) EXPECT_TRUE(seen[t]) << MessageTypeName(t);
 }
 
 TEST(ControlTest, HeaderLayoutIsLittleEndian) {
@@ -180,7 +185,7 @@ TEST(ControlTest, OversizeLengthIsRejectedFromTheHeaderAlone) {
 }
 
 TEST(ControlTest, UnknownTypesAreRejected) {
-  for (uint16_t type : {0, 13, 14, 0x7fff, 0xffff}) {
+  for (uint16_t type : {0, 15, 16, 0x7fff, 0xffff}) {
     std::string f = Encode(Ready{});
     PutLe(f, 6, type, 2);
     absl::StatusOr<ControlMessage> d = DecodeControlFrame(AsBytes(f));
@@ -254,6 +259,82 @@ TEST(ControlTest, ResumeSecretFollowsTheClientId) {
   std::string cut = f.substr(0, kFrameHeaderSize + 8 + 7);
   PutLe(cut, 8, 8 + 7, 4);
   EXPECT_TRUE(absl::IsDataLoss(DecodeControlFrame(AsBytes(cut)).status()));
+}
+
+// kFeatureSlotWords: the Welcome's slot-words fields follow the geometry
+// exactly when its features carry the bit. A peer that does not ask for it
+// gets the Welcome it always got, byte for byte.
+TEST(ControlTest, SlotWordsTravelOnlyWithTheirBit) {
+  Welcome plain = std::get<Welcome>(AllMessages()[2]);
+  plain.features = kFeatureShardMap;
+  const std::string plain_frame = Encode(plain);
+
+  Welcome with = plain;
+  with.features = kFeatureShardMap | kFeatureSlotWords;
+  with.slot_words_offset = 0x12340;
+  with.slot_words_size = kMaxSlots;
+  with.check_below_epoch = 0x0605;
+  const std::string f = Encode(with);
+  ASSERT_EQ(f.size(), plain_frame.size() + 20);
+  absl::StatusOr<ControlMessage> d = DecodeControlFrame(AsBytes(f));
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(std::get<Welcome>(*d), with);
+  // u64 offset, u32 size, u64 guard after the geometry (the payload's last
+  // 20 bytes).
+  std::string tail = f.substr(f.size() - 20);
+  EXPECT_EQ(static_cast<uint8_t>(tail[0]), 0x40);
+  EXPECT_EQ(static_cast<uint8_t>(tail[1]), 0x23);
+  EXPECT_EQ(static_cast<uint8_t>(tail[10]), 0x01);  // 65536 = 0x00010000
+  EXPECT_EQ(static_cast<uint8_t>(tail[12]), 0x05);
+  EXPECT_EQ(static_cast<uint8_t>(tail[13]), 0x06);
+
+  // Fields set without the bit do not travel: the old encoding.
+  Welcome stray = plain;
+  stray.slot_words_offset = 0x12340;
+  stray.slot_words_size = kMaxSlots;
+  stray.check_below_epoch = 3;
+  EXPECT_EQ(Encode(stray), plain_frame);
+  d = DecodeControlFrame(AsBytes(plain_frame));
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(std::get<Welcome>(*d).slot_words_offset, 0u);
+  EXPECT_EQ(std::get<Welcome>(*d).slot_words_size, 0u);
+  EXPECT_EQ(std::get<Welcome>(*d).check_below_epoch, 0u);
+
+  // The bit without its fields is a truncation; the fields without the bit
+  // are trailing bytes (what a decoder of an older build also says).
+  std::string cut = f.substr(0, f.size() - 4);
+  PutLe(cut, 8, cut.size() - kFrameHeaderSize, 4);
+  EXPECT_TRUE(absl::IsDataLoss(DecodeControlFrame(AsBytes(cut)).status()));
+  std::string extra = plain_frame + tail;
+  PutLe(extra, 8, extra.size() - kFrameHeaderSize, 4);
+  EXPECT_FALSE(DecodeControlFrame(AsBytes(extra)).ok());
+
+  // Out-of-range tables are refused by both sides.
+  std::string out;
+  for (auto [off, size] : std::vector<std::pair<uint64_t, uint32_t>>{{0, kMaxSlots},
+                                                                     {0x12344, kMaxSlots},
+                                                                     {0x12340, 0},
+                                                                     {0x12340, 12},
+                                                                     {0x12340, kMaxSlots + 8}}) {
+    Welcome bad = with;
+    bad.slot_words_offset = off;
+    bad.slot_words_size = size;
+    EXPECT_TRUE(absl::IsInvalidArgument(EncodeControl(bad, &out))) << off << " " << size;
+    std::string g = f;
+    PutLe(g, g.size() - 20, off, 8);
+    PutLe(g, g.size() - 12, size, 4);
+    EXPECT_TRUE(absl::IsInvalidArgument(DecodeControlFrame(AsBytes(g)).status()))
+        << off << " " << size;
+  }
+  EXPECT_TRUE(out.empty());
+
+  // Hello carries the bits as any others.
+  Hello h;
+  h.features = kFeatureShardMap | kFeatureSlotWords;
+  d = DecodeControlFrame(AsBytes(Encode(h)));
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(std::get<Hello>(*d).features, kFeatureShardMap | kFeatureSlotWords);
+  EXPECT_EQ(kKnownFeatures, kFeatureShardMap | kFeatureSlotWords);
 }
 
 TEST(ControlTest, EncoderRefusesOutOfRangeFields) {

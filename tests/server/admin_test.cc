@@ -85,6 +85,31 @@ TEST(AdminParse, DrainTakesAnOptionalTimeout) {
   EXPECT_EQ(j["timeout_s"], 60);
 }
 
+TEST(AdminParse, GuardUpWithAnOptionalTimeoutOrDown) {
+  absl::StatusOr<GuardArgs> g = ParseGuardArgs(*ParseAdminRequest("guard up"));
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_TRUE(g->up);
+  EXPECT_EQ(g->ack_timeout_s, kDefaultGuardAckTimeoutS);
+  g = ParseGuardArgs(*ParseAdminRequest("guard up 60\n"));
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(g->ack_timeout_s, 60u);
+  g = ParseGuardArgs(*ParseAdminRequest("guard down"));
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_FALSE(g->up);
+  EXPECT_FALSE(ParseAdminRequest("guard up 1 2").ok());
+  for (const char* bad :
+       {"guard", "guard sideways", "guard up 0", "guard up 61", "guard up x", "guard down 5"}) {
+    absl::StatusOr<AdminRequest> r = ParseAdminRequest(bad);
+    ASSERT_TRUE(r.ok()) << bad;
+    EXPECT_EQ(ParseGuardArgs(*r).status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+  json up = json::parse(GuardUpAnswer(3, 1));
+  EXPECT_EQ(up["guard"], "up");
+  EXPECT_EQ(up["acknowledged"], 3);
+  EXPECT_EQ(up["cut"], 1);
+  EXPECT_EQ(json::parse(GuardDownAnswer(7))["check_below_epoch"], 7);
+}
+
 StatsView SampleStats() {
   StatsView v;
   v.uptime_s = 12.5;

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <thread>
 #include <vector>
@@ -148,6 +149,39 @@ TEST(ShardGate, PublishFromAnotherThread) {
   EXPECT_EQ(gate.epoch(), kLast);
   EXPECT_EQ(woken.load(), static_cast<int>(kLast));
   EXPECT_GE(refreshes, 1);
+}
+
+// The slot words (docs/format.md "Slot words") are the view's ownership,
+// byte for byte, over all kMaxSlots bytes; a new view changes only the
+// bytes of slots that changed hands, and no view means nothing served.
+TEST(SlotWords, StoredFromTheViewAndChangedOnlyWhereOwnershipMoved) {
+  std::vector<uint8_t> words(proto::kMaxSlots, 0xee);  // not a table anyone made
+  const proto::ShardMap one = Split(4096, {"a", "b", "c"}, 1);
+  const ShardView a1(one, 0);
+  EXPECT_EQ(StoreSlotWords(&a1, words.data()), proto::kMaxSlots);
+  for (uint32_t s = 0; s < proto::kMaxSlots; ++s) {
+    ASSERT_EQ(words[s], s < 4096 && one.OwnerOf(s) == 0 ? 1 : 0) << "slot " << s;
+  }
+  EXPECT_EQ(StoreSlotWords(&a1, words.data()), 0u);  // nothing to change
+
+  // Epoch 2: the second half of a's range goes to b.
+  proto::ShardMap two = one;
+  two.epoch = 2;
+  two.ranges.insert(two.ranges.begin() + 1, proto::SlotRange{683, 1});
+  ASSERT_TRUE(two.Validate().ok()) << two.Validate();
+  const ShardView a2(two, 0);
+  const ShardView b2(two, 1);
+  EXPECT_EQ(StoreSlotWords(&a2, words.data()), 1366u - 683u);
+  for (uint32_t s = 0; s < 4096; ++s) EXPECT_EQ(words[s], s < 683 ? 1 : 0) << "slot " << s;
+  std::vector<uint8_t> at_b(proto::kMaxSlots, 0);
+  StoreSlotWords(&b2, at_b.data());
+  for (uint32_t s = 0; s < 4096; ++s) {
+    EXPECT_EQ(at_b[s], s >= 683 && s < 2731 ? 1 : 0) << "slot " << s;
+    EXPECT_FALSE(words[s] == 1 && at_b[s] == 1) << "slot " << s << " served twice";
+  }
+
+  EXPECT_EQ(StoreSlotWords(nullptr, words.data()), 683u);
+  EXPECT_EQ(std::count(words.begin(), words.end(), 0), proto::kMaxSlots);
 }
 
 }  // namespace

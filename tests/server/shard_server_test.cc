@@ -4,13 +4,19 @@
 // feature's negotiation, the maps pushed after Ready, after Publish and on
 // MapRequest, WRONG_SHARD with the epoch for a foreign slot (nothing
 // applied, nothing remembered), REJECTED naming the owner to a session
-// without the feature, and no change at all without a gate.
+// without the feature, the guard (`guard up|down` on the admin socket:
+// acknowledged or cut), and no change at all without a gate.
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 
@@ -115,6 +121,47 @@ class ShardServerTest : public ::testing::Test {
   std::unique_ptr<e2e::Session> a_, b_, c_;
 };
 
+// An admin request sent now, its answer read later (a guard's answer waits
+// for the peer's own acknowledgement).
+class AdminCall {
+ public:
+  AdminCall(const std::string& socket, const std::string& line) {
+    fd_ = socket_fd();
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    socket.copy(addr.sun_path, sizeof(addr.sun_path) - 1);
+    EXPECT_EQ(connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0) << socket;
+    const std::string req = line + "\n";
+    EXPECT_EQ(write(fd_, req.data(), req.size()), static_cast<ssize_t>(req.size()));
+  }
+  ~AdminCall() { close(fd_); }
+  // The answer, parsed (discarded when none came before the deadline).
+  nlohmann::json Answer() {
+    std::string out;
+    const absl::Time deadline = absl::Now() + absl::Seconds(15);
+    while (out.find('\n') == std::string::npos && absl::Now() < deadline) {
+      pollfd p{fd_, POLLIN, 0};
+      if (poll(&p, 1, 100) <= 0) continue;
+      char buf[512];
+      const ssize_t n = read(fd_, buf, sizeof(buf));
+      if (n <= 0) break;
+      out.append(buf, static_cast<size_t>(n));
+    }
+    return nlohmann::json::parse(out, nullptr, /*allow_exceptions=*/false);
+  }
+
+ private:
+  static int socket_fd() { return socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0); }
+  int fd_ = -1;
+};
+
+nlohmann::json GuardUp(int acknowledged, int cut) {
+  return {{"ok", true}, {"guard", "up"}, {"acknowledged", acknowledged}, {"cut", cut}};
+}
+nlohmann::json GuardDown(uint64_t check_below_epoch) {
+  return {{"ok", true}, {"guard", "down"}, {"check_below_epoch", check_below_epoch}};
+}
+
 // A key this node ("a" of a, b) owns and one it does not.
 void KeysOf(const ShardView& v, std::string* ours, std::string* theirs) {
   for (int i = 0; ours->empty() || theirs->empty(); ++i) {
@@ -190,10 +237,124 @@ TEST_F(ShardServerTest, ClusterNodeServesItsSlotsAndPushesItsMap) {
   b_->dead = true;
 }
 
+// Slot words (docs/format.md "Slot words"): offered only to a Hello with
+// both cluster bits; a READ of the table shows the view the node serves:
+// the one published before it started as soon as it serves, and the next
+// one once its data plane has stored it.
+TEST_F(ShardServerTest, SlotWordsShowTheServedViewToReads) {
+  KVNODE_REQUIRE_DEVICE(dev);
+  auto gate = std::make_shared<ShardGate>();
+  auto view5 = ShardView::ForNode(Map(5, {"a", "b"}), "a");
+  gate->Publish(view5);  // as the agent publishes the persisted map
+  Start(dev, gate);
+  const uint64_t both = proto::kFeatureShardMap | proto::kFeatureSlotWords;
+  b_ = Open(proto::kFeatureSlotWords);  // without the shard map: nothing
+  EXPECT_EQ(b_->w.features, 0u);
+  c_ = Open(proto::kFeatureShardMap);
+  EXPECT_EQ(c_->w.features, proto::kFeatureShardMap);
+  EXPECT_EQ(c_->w.slot_words_offset, 0u);
+  EXPECT_EQ(ExpectMap(*c_).epoch, 5u);
+  a_ = Open(both);
+  ASSERT_EQ(a_->w.features, both);
+  EXPECT_EQ(ExpectMap(*a_).epoch, 5u);
+  const uint64_t off = a_->w.slot_words_offset;
+  ASSERT_NE(off, 0u);
+  ASSERT_EQ(a_->w.slot_words_size, proto::kMaxSlots);
+  EXPECT_EQ(gate->slot_words_epoch(), 5u) << "stored before the first session";
+
+  auto expect_words = [&](const ShardView& v) {
+    std::string words;
+    ASSERT_EQ(e2e::Read(*a_, off, proto::kMaxSlots, a_->w.rkey, &words), IBV_WC_SUCCESS);
+    uint32_t ones = 0;
+    for (uint32_t slot = 0; slot < proto::kMaxSlots; ++slot) {
+      ASSERT_EQ(words[slot], v.Owns(slot) ? 1 : 0) << "slot " << slot << ", epoch " << v.map.epoch;
+      ones += words[slot] == 1;
+    }
+    EXPECT_EQ(ones, v.slots_owned());
+  };
+  expect_words(*view5);
+
+  // The other half of the slots becomes a's.
+  auto view6 = ShardView::ForNode(Map(6, {"b", "a"}), "a");
+  gate->Publish(view6);
+  EXPECT_EQ(ExpectMap(*a_).epoch, 6u);
+  EXPECT_EQ(ExpectMap(*c_).epoch, 6u);
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (gate->slot_words_epoch() != 6 && absl::Now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));  // a condition with a deadline
+  }
+  ASSERT_EQ(gate->slot_words_epoch(), 6u);
+  expect_words(*view6);
+}
+
+// The guard: a session with slot words is told (Guard) and acknowledged; one
+// without them, and one that does not acknowledge in time, is cut (its QP
+// gone: READs fail); a session opened meanwhile learns it in its Welcome (or,
+// without slot words, gets no index geometry); lowered, it says the node's
+// epoch.
+TEST_F(ShardServerTest, GuardIsAcknowledgedOrCut) {
+  KVNODE_REQUIRE_DEVICE(dev);
+  auto gate = std::make_shared<ShardGate>();
+  gate->Publish(ShardView::ForNode(Map(5, {"a", "b"}), "a"));
+  Start(dev, gate);
+  const uint64_t both = proto::kFeatureShardMap | proto::kFeatureSlotWords;
+  const std::string admin = server_->admin_socket_path();
+  a_ = Open(both);
+  EXPECT_EQ(a_->w.check_below_epoch, 5u) << "guard down: the node's epoch";
+  EXPECT_EQ(ExpectMap(*a_).epoch, 5u);
+  c_ = Open(proto::kFeatureShardMap);
+  EXPECT_EQ(ExpectMap(*c_).epoch, 5u);
+  EXPECT_FALSE(c_->w.index_geometry.empty());
+
+  {
+    AdminCall up(admin, "guard up 5");
+    c_->dead = true;  // cut: not pumped while a_ waits
+    const proto::Guard g = e2e::Expect<proto::Guard>(a_->fd, "Guard", a_.get());
+    EXPECT_EQ(g.check_below_epoch, proto::kGuardUp);
+    ASSERT_TRUE(proto::WriteControl(a_->fd, proto::GuardAck{g.nonce}, e2e::Deadline()).ok());
+    const proto::Goodbye bye = e2e::Expect<proto::Goodbye>(c_->fd, "Goodbye", c_.get());
+    EXPECT_EQ(bye.reason, proto::GoodbyeReason::kGuardCut) << bye.message;
+    EXPECT_EQ(up.Answer(), GuardUp(1, 1));
+    std::string word;
+    EXPECT_NE(e2e::Read(*c_, 0, 8, c_->w.rkey, &word), IBV_WC_SUCCESS) << "a cut session READs";
+    EXPECT_EQ(e2e::Read(*a_, 0, 8, a_->w.rkey, &word), IBV_WC_SUCCESS);
+  }
+  c_.reset();
+  b_ = Open(proto::kFeatureShardMap);
+  EXPECT_TRUE(b_->w.index_geometry.empty()) << "no READs without slot words under the guard";
+  EXPECT_EQ(ExpectMap(*b_).epoch, 5u);
+  e2e::Goodbye(*b_);
+  b_.reset();
+  b_ = Open(both);
+  EXPECT_EQ(b_->w.check_below_epoch, proto::kGuardUp);
+  EXPECT_EQ(ExpectMap(*b_).epoch, 5u);
+
+  {
+    AdminCall down(admin, "guard down");
+    EXPECT_EQ(down.Answer(), GuardDown(5));
+    b_->dead = true;  // its Guard waits while a_'s is read (pumped, it would fail)
+    EXPECT_EQ(e2e::Expect<proto::Guard>(a_->fd, "Guard", a_.get()).check_below_epoch, 5u);
+    b_->dead = false;
+    EXPECT_EQ(e2e::Expect<proto::Guard>(b_->fd, "Guard", b_.get()).check_below_epoch, 5u);
+  }
+
+  // Raised again, b_ acknowledges and a_ does not: a_ is cut at the time-out.
+  AdminCall up(admin, "guard up 1");
+  a_->dead = true;
+  const proto::Guard g = e2e::Expect<proto::Guard>(b_->fd, "Guard", b_.get());
+  ASSERT_TRUE(proto::WriteControl(b_->fd, proto::GuardAck{g.nonce}, e2e::Deadline()).ok());
+  EXPECT_EQ(e2e::Expect<proto::Guard>(a_->fd, "Guard", a_.get()).check_below_epoch,
+            proto::kGuardUp);
+  const proto::Goodbye bye = e2e::Expect<proto::Goodbye>(a_->fd, "Goodbye", a_.get());
+  EXPECT_EQ(bye.reason, proto::GoodbyeReason::kGuardCut) << bye.message;
+  EXPECT_EQ(up.Answer(), GuardUp(1, 1));
+  EXPECT_EQ(AdminCall(admin, "guard down").Answer(), GuardDown(5));
+}
+
 TEST_F(ShardServerTest, WithoutAGateNothingChanges) {
   KVNODE_REQUIRE_DEVICE(dev);
   Start(dev, nullptr);
-  a_ = Open(proto::kFeatureShardMap);
+  a_ = Open(proto::kFeatureShardMap | proto::kFeatureSlotWords);
   EXPECT_EQ(a_->w.features, 0u);
   for (int i = 0; i < 20; ++i) {
     const std::string k = absl::StrCat("key-", i);
@@ -201,6 +362,9 @@ TEST_F(ShardServerTest, WithoutAGateNothingChanges) {
     EXPECT_EQ(Rpc(*a_, Opcode::kGet, k).value, "v");
   }
   EXPECT_EQ(WrongShard(), 0u);
+  EXPECT_EQ(
+      AdminCall(server_->admin_socket_path(), "guard up").Answer(),
+      (nlohmann::json{{"ok", false}, {"error", "not a cluster node: no slot words to guard"}}));
   SendMapRequest(*a_, 0);
   e2e::ExpectErrorThenClose(a_->fd, proto::ErrorCode::kUnexpectedMessage, a_.get());
   a_->dead = true;

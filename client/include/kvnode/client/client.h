@@ -201,6 +201,11 @@ struct ClientStats {
   // location was stale (then read from the bucket).
   uint64_t location_hits = 0;
   uint64_t location_stale = 0;
+  // GETs whose READs showed that the node no longer serves the key's slot
+  // (its slot word read 0 after the data; cluster sessions with slot
+  // words only): the data was not used, the GET went by RPC (and from
+  // there, answered WRONG_SHARD, to the slot's owner).
+  uint64_t reads_not_served = 0;
 };
 
 struct GetResult {

@@ -29,6 +29,15 @@
 //     epoch may bring new membership (endpoints, liveness); invalid maps,
 //     older epochs and other clusters' maps are ignored. Sessions to nodes
 //     that left the map are closed once their operations are done.
+//     (follow_pushed_maps = false: only the maps an answer asked for.)
+//   - GETs go by RDMA READ of the owner's arena. With slot words (the
+//     default, when the node offers them) each READ is followed in the
+//     same chain by the READ of the node's ownership byte of the key's
+//     slot; a 0 there means the node no longer served the slot when the
+//     data was read: the data is dropped and the GET asks the node by RPC,
+//     which answers WRONG_SHARD (below). So a client on an old map never
+//     takes a stale value or a false NotFound from a node that gave the
+//     slot away.
 //   - A node that no longer owns a key answers WRONG_SHARD with its map
 //     epoch, and guarantees nothing was applied. The client then resubmits
 //     the operation, inside its deadline: at once when its own map already
@@ -73,6 +82,18 @@ struct ClusterClientOptions {
   // before it asks with MapRequest; then up to base.connect_timeout for the
   // answer. Default 200 ms. > 0.
   absl::Duration map_wait = absl::Milliseconds(200);
+  // Default true: take every newer map the nodes push. False: keep the map
+  // held until an answer asks for a newer one (a WRONG_SHARD naming a
+  // newer epoch: the MapRequest's answer is taken); pushed maps are
+  // dropped meanwhile. A client pinned to an old map, for tests.
+  bool follow_pushed_maps = true;
+  // Default true: ask the nodes for their slot words (kFeatureSlotWords),
+  // so that, while the map held is older than a node's guard, a READ of a
+  // node that no longer serves the key's slot is recognised in the same
+  // round trip and the GET rerouted. False: READ results are taken as they
+  // come, as before the feature, and a node that raises its guard cuts the
+  // session (tests that show what the words prevent).
+  bool slot_words = true;
 
   [[nodiscard]] absl::Status Validate() const;
 };
@@ -91,6 +112,7 @@ struct ClusterStats {
   uint64_t map_epoch = 0;
   uint64_t maps_adopted = 0;       // newer epochs, or the same epoch's new membership
   uint64_t maps_ignored = 0;       // older, invalid, inconsistent, other cluster
+  uint64_t maps_dropped = 0;       // pushed while follow_pushed_maps is off, not taken
   uint64_t map_requests = 0;       // MapRequests sent
   uint64_t wrong_shard = 0;        // WRONG_SHARD answers received
   uint64_t reroutes = 0;           // operations resubmitted after WRONG_SHARD

@@ -68,6 +68,9 @@ enum class MessageType : uint16_t {
   // With kFeatureShardMap only:
   kMapRequest = 11,  // client -> server, send me your shard map
   kShardMap = 12,    // server -> client, after Ready, on every change, on request
+  // With kFeatureSlotWords only:
+  kGuard = 13,     // server -> client, the node's guard changed
+  kGuardAck = 14,  // client -> server, answer to Guard
 };
 
 // Name for logs ("Hello", ...), "Unknown(N)" for anything else.
@@ -92,7 +95,16 @@ struct QpInfo {
 // slot. The node then sends ShardMap frames and answers RpcStatus::kWrongShard
 // for keys of slots it does not own. A node outside a cluster never sets it.
 inline constexpr uint64_t kFeatureShardMap = uint64_t{1} << 0;
-inline constexpr uint64_t kKnownFeatures = kFeatureShardMap;
+// kFeatureSlotWords: the node keeps a slot ownership table in its arena (one
+// byte per slot, 1 while it serves the slot) and names it in the Welcome
+// (Welcome::slot_words_offset, slot_words_size). While the client's map is
+// older than the node's guard (Welcome::check_below_epoch, then Guard
+// messages), it READs the word holding a key's slot byte after every READ
+// of a GET, in the same chain, and takes the data only when the byte is 1.
+// Only with kFeatureShardMap: a node sets it in a Welcome only when both
+// bits were asked for.
+inline constexpr uint64_t kFeatureSlotWords = uint64_t{1} << 1;
+inline constexpr uint64_t kKnownFeatures = kFeatureShardMap | kFeatureSlotWords;
 
 // The secret that proves a client owns its client id: given in the Welcome
 // that created the id, presented in every Hello that resumes it. 128 bits
@@ -127,6 +139,13 @@ struct Welcome {
   uint32_t max_key_size = 0;
   uint32_t max_value_size = 0;
   std::string index_geometry;  // opaque, encoded by kvnode::storage
+  // On the wire only when features has kFeatureSlotWords (an older peer
+  // never sees them); 0 otherwise. The table's arena offset (8-byte
+  // aligned) and its length in bytes (kMaxSlots, a multiple of 8), and the
+  // node's guard: see Guard.
+  uint64_t slot_words_offset = 0;
+  uint32_t slot_words_size = 0;
+  uint64_t check_below_epoch = 0;
   friend bool operator==(const Welcome&, const Welcome&) = default;
 };
 
@@ -178,6 +197,10 @@ enum class GoodbyeReason : uint32_t {
   // Client closes for good: it will never resume this id, so the node may
   // forget the id's dedupe record (kClientClose keeps it for a resume).
   kClientDone = 6,
+  // The node's guard went up (Guard) and this session could not be told, or
+  // did not acknowledge in time: its QP is gone; a new session learns the
+  // guard in its Welcome.
+  kGuardCut = 7,
 };
 
 struct Goodbye {
@@ -216,8 +239,28 @@ struct ShardMapMsg {
   friend bool operator==(const ShardMapMsg&, const ShardMapMsg&) = default;
 };
 
-using ControlMessage = std::variant<Hello, Welcome, ClientQp, Ready, Keepalive, KeepaliveAck, Move,
-                                    MoveAck, Goodbye, Error, MapRequest, ShardMapMsg>;
+// The node's guard (kFeatureSlotWords): a client checks the slot words of
+// its READs while its shard map's epoch is below check_below_epoch. A node
+// keeps it at its own map's epoch (a client whose map is as new as the
+// node's routes it no key of a slot the node gave away), and raises it to
+// kGuardUp before it stops serving a slot it still holds in that map (a
+// slot migration's freeze). The client answers every Guard with a GuardAck
+// of its nonce once no READ it posted without a word check is outstanding.
+inline constexpr uint64_t kGuardUp = ~uint64_t{0};
+struct Guard {
+  uint64_t nonce = 0;
+  uint64_t check_below_epoch = 0;
+  friend bool operator==(const Guard&, const Guard&) = default;
+};
+
+struct GuardAck {
+  uint64_t nonce = 0;  // echoes Guard.nonce
+  friend bool operator==(const GuardAck&, const GuardAck&) = default;
+};
+
+using ControlMessage =
+    std::variant<Hello, Welcome, ClientQp, Ready, Keepalive, KeepaliveAck, Move, MoveAck, Goodbye,
+                 Error, MapRequest, ShardMapMsg, Guard, GuardAck>;
 
 MessageType TypeOf(const ControlMessage& m);
 

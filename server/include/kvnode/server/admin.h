@@ -33,7 +33,8 @@ enum class AdminCommand {
   kMemory,
   kUpgrade,
   kDrain,
-  kCheck
+  kCheck,
+  kGuard
 };
 const char* AdminCommandName(AdminCommand c);
 
@@ -51,6 +52,21 @@ struct AdminRequest {
 // default kDefaultDrainTimeoutS. InvalidArgument names the bad value.
 inline constexpr uint32_t kDefaultDrainTimeoutS = 300;
 [[nodiscard]] absl::StatusOr<uint32_t> DrainTimeoutSeconds(const AdminRequest& req);
+
+// `guard up [SECONDS]` / `guard down` (a cluster node; docs/cluster.md "Slot
+// migration"): raise the node's guard, answered once every session checks
+// the slot words or was cut (SECONDS, 1..60, default
+// kDefaultGuardAckTimeoutS, bound the wait for acknowledgements); lower it.
+inline constexpr uint32_t kDefaultGuardAckTimeoutS = 2;
+struct GuardArgs {
+  bool up = false;
+  uint32_t ack_timeout_s = kDefaultGuardAckTimeoutS;
+};
+[[nodiscard]] absl::StatusOr<GuardArgs> ParseGuardArgs(const AdminRequest& req);
+// {"ok":true,"guard":"up","acknowledged":N,"cut":M} or
+// {"ok":true,"guard":"down","check_below_epoch":E}
+std::string GuardUpAnswer(uint32_t acknowledged, uint32_t cut);
+std::string GuardDownAnswer(uint64_t check_below_epoch);
 
 // Parses one request line (with or without its trailing '\n'). InvalidArgument
 // for an empty line, an unknown command, bytes outside printable ASCII, too

@@ -68,6 +68,9 @@ class ControlSession {
   struct MapRequestEvent {
     uint64_t known_epoch = 0;
   };
+  struct GuardAckEvent {
+    uint64_t nonce = 0;
+  };
   struct ClosedEvent {
     // Why the session ended; error is set when it was an error (counted by
     // the owner), nullopt for an orderly Goodbye from the client.
@@ -77,7 +80,8 @@ class ControlSession {
     // record may go with the session.
     bool client_done = false;
   };
-  using Event = std::variant<HelloEvent, ClientQpEvent, MoveAckEvent, MapRequestEvent, ClosedEvent>;
+  using Event = std::variant<HelloEvent, ClientQpEvent, MoveAckEvent, MapRequestEvent,
+                             GuardAckEvent, ClosedEvent>;
 
   explicit ControlSession(ControlConfig config) : config_(std::move(config)) {}
 
@@ -102,6 +106,8 @@ class ControlSession {
   absl::Status SendMove(const proto::Move& m);
   // kReady and shard_map_feature(): queue a ShardMap frame.
   absl::Status SendShardMap(const proto::ShardMap& map);
+  // kReady and slot_words_feature(): queue a Guard frame.
+  absl::Status SendGuard(const proto::Guard& g);
 
   SessionState state() const { return state_; }
   bool closed() const { return state_ == SessionState::kClosed; }
@@ -114,6 +120,8 @@ class ControlSession {
   uint64_t hello_features() const { return hello_features_; }
   // The Welcome sent carried kFeatureShardMap (it is the AND of both sides).
   bool shard_map_feature() const { return (features_ & proto::kFeatureShardMap) != 0; }
+  // The Welcome sent carried kFeatureSlotWords: the client checks the words.
+  bool slot_words_feature() const { return (features_ & proto::kFeatureSlotWords) != 0; }
 
  private:
   void Handle(proto::ControlMessage m, std::vector<Event>* events);

@@ -119,6 +119,9 @@ class Server {
   using UpgradeHandler = std::function<void(Server& server, UpgradeRequest request,
                                             std::function<void(std::string)> reply)>;
   void SetUpgradeHandler(UpgradeHandler handler);  // before Run()
+  // Why a live upgrade must not start now (the node's guard is up: a slot
+  // migration is moving slots away from it), or nullopt. Control thread.
+  std::optional<std::string> UpgradeBlocker() const;
 
   // Runs `task` on the control thread. Any thread.
   void RunOnControlThread(std::function<void()> task);

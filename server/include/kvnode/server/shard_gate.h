@@ -63,6 +63,15 @@ struct ShardView {
   uint32_t slots_owned_ = 0;
 };
 
+// Stores the slot words of `view` (docs/format.md "Slot words"):
+// words[s] = 1 when view->Owns(s), else 0, for every s < proto::kMaxSlots
+// (a null view owns nothing). Each byte is one release store, and a byte
+// already right is not stored again: a slot whose ownership did not change
+// is never seen flipping. The caller is the table's one writer (the
+// data-plane thread, DataPlane::RefreshShardView). Returns how many bytes
+// changed.
+uint32_t StoreSlotWords(const ShardView* view, uint8_t* words);
+
 // The current view, published by the cluster agent, read by the server.
 // Created by the node before the Server and shared through
 // ServerOptions::shard_gate; it outlives no one in particular (shared_ptr).
@@ -90,12 +99,18 @@ class ShardGate {
   // It must not call back into the gate.
   void SetListener(std::function<void()> listener);
 
+  // The epoch of the view whose slot words the data plane stored last, and
+  // that it did (0 before; stats and tests wait on it). Any thread.
+  void NoteSlotWords(uint64_t epoch) { slot_words_epoch_.store(epoch, std::memory_order_release); }
+  uint64_t slot_words_epoch() const { return slot_words_epoch_.load(std::memory_order_acquire); }
+
  private:
   mutable AnnotatedMutex mu_;
   std::shared_ptr<const ShardView> current_ ABSL_GUARDED_BY(mu_);
   std::function<void()> listener_ ABSL_GUARDED_BY(mu_);
   std::atomic<uint64_t> epoch_{0};
   std::atomic<uint64_t> version_{0};
+  std::atomic<uint64_t> slot_words_epoch_{0};
 };
 
 }  // namespace kvnode::server

@@ -29,6 +29,12 @@ namespace kvnode::storage {
 inline constexpr uint64_t kArenaMagic = 0x414e455241564b4bULL;  // "KKVARENA"
 // Name of the header object inside the Boost segment.
 inline constexpr char kArenaHeaderName[] = "kvnode.arena.header";
+// The slot ownership table of a cluster node (docs/format.md "Slot words"):
+// a named object of kSlotWordsBytes bytes, 8-byte aligned, byte s = 1 while
+// the node serves slot s. One byte per slot of the largest shard map
+// (proto::kMaxSlots; the server checks that they agree).
+inline constexpr char kSlotWordsName[] = "kvnode.arena.slot_words";
+inline constexpr uint64_t kSlotWordsBytes = 65536;
 
 // A write between RocksDB and the arena (Store::Put/Delete/promotion): set
 // before RocksDB is written, cleared after the arena is updated. A writer
@@ -156,6 +162,17 @@ class Arena {
   // A writer died inside Allocate/Deallocate (see ArenaHeader::heap_busy).
   bool HeapMayBeTorn() const;
 
+  // The slot-words table (kSlotWordsName): its offset, found when the arena
+  // was mapped or made by EnsureSlotWords; 0 when the arena has none (a
+  // single node's, or one of a build without it). Any process.
+  uint64_t slot_words_offset() const { return slot_words_offset_; }
+  // Writer only (the allocator's single-writer rule; the segment's named
+  // object index changes under heap_busy like the heap): the table's
+  // offset, creating it zeroed (no slot served) when the arena has none.
+  // ResourceExhausted when the heap has no room for it. Creation moves no
+  // byte of anything already in the arena.
+  [[nodiscard]] absl::StatusOr<uint64_t> EnsureSlotWords();
+
   template <typename T = char>
   T* At(uint64_t offset) const {
     return reinterpret_cast<T*>(base_ + offset);
@@ -168,12 +185,15 @@ class Arena {
   struct Impl;
   explicit Arena(std::unique_ptr<Impl> impl);
   absl::Status Bind(const ArenaOptions& options, bool created);
+  // Looks the slot words up (slot_words_offset_, 0 when absent).
+  absl::Status FindSlotWords();
 
   std::unique_ptr<Impl> impl_;
   char* base_ = nullptr;
   uint64_t size_ = 0;
   ArenaHeader* header_ = nullptr;
   LimboEntry* limbo_ = nullptr;
+  uint64_t slot_words_offset_ = 0;
   Geometry geometry_;
   std::string path_;
 };

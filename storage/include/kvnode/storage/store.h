@@ -321,6 +321,10 @@ class Store {
   // What clients need to read (send Geometry::Encode() at connect).
   const Geometry& geometry() const;
   const Arena& arena() const { return *arena_; }
+  // Writer only: the offset of the arena's slot-words table
+  // (Arena::EnsureSlotWords), created when the arena has none yet, under
+  // the write lock. FailedPrecondition when this process is not the writer.
+  [[nodiscard]] absl::StatusOr<uint64_t> EnsureSlotWords() ABSL_LOCKS_EXCLUDED(write_mu_);
   OpenedAs opened_as() const { return opened_as_; }
   // Why Open did what it did (logged; `kvctl stats` shows it), e.g. "its
   // writer died; heap intact, generation 7 matches".
