@@ -10,8 +10,30 @@
 
 namespace kvnode::cluster {
 
+template <typename Plan>
+void WatchedPlan<Plan>::Apply(const KeyValue& kv, bool deleted) {
+  std::optional<Plan> plan;
+  if (!deleted) {
+    absl::StatusOr<Plan> decoded = decode_(kv.value, kv.key);
+    if (decoded.ok()) {
+      plan = std::move(*decoded);
+    } else {
+      LOG(WARNING) << decoded.status().message() << "; no " << what_ << " is acted on";
+    }
+  }
+  if (plan == value_) return;
+  value_ = std::move(plan);
+  changed_ = true;
+}
+
+template class WatchedPlan<RollPlan>;
+template class WatchedPlan<MigrationPlan>;
+
 ClusterView::ClusterView(std::string cluster)
-    : cluster_(std::move(cluster)), map_key_(MapKey(cluster_)), roll_key_(RollKey(cluster_)) {}
+    : cluster_(std::move(cluster)),
+      map_key_(MapKey(cluster_)),
+      roll_(RollKey(cluster_), &DecodeRollJson, "roll"),
+      migration_(MigrationKey(cluster_), &DecodeMigrationJson, "migration") {}
 
 std::optional<proto::ShardMap> ClusterView::Apply(const WatchUpdate& update) {
   if (update.resync) {
@@ -19,14 +41,16 @@ std::optional<proto::ShardMap> ClusterView::Apply(const WatchUpdate& update) {
     // the snapshot says otherwise (invariant 1).
     members_.clear();
     bad_members_.clear();
-    bool map_seen = false, roll_seen = false;
+    bool map_seen = false, roll_seen = false, migration_seen = false;
     for (const KeyValue& kv : update.snapshot) {
       map_seen |= kv.key == map_key_;
-      roll_seen |= kv.key == roll_key_;
+      roll_seen |= kv.key == roll_.key();
+      migration_seen |= kv.key == migration_.key();
       ApplyKv(kv, /*deleted=*/false);
     }
     if (!map_seen) ApplyMap(KeyValue{}, /*deleted=*/true);
-    if (!roll_seen) ApplyRoll(KeyValue{}, /*deleted=*/true);
+    if (!roll_seen) roll_.Apply(KeyValue{}, /*deleted=*/true);
+    if (!migration_seen) migration_.Apply(KeyValue{}, /*deleted=*/true);
   }
   for (const WatchEvent& ev : update.events) ApplyKv(ev.kv, ev.type == WatchEvent::Type::kDelete);
   revision_ = std::max(revision_, update.revision);
@@ -48,9 +72,10 @@ std::optional<proto::ShardMap> ClusterView::Apply(const WatchUpdate& update) {
 
 void ClusterView::ApplyKv(const KeyValue& kv, bool deleted) {
   if (kv.key == map_key_) return ApplyMap(kv, deleted);
-  if (kv.key == roll_key_) return ApplyRoll(kv, deleted);
+  if (kv.key == roll_.key()) return roll_.Apply(kv, deleted);
+  if (kv.key == migration_.key()) return migration_.Apply(kv, deleted);
   std::optional<std::string> id = NodeIdOfMemberKey(cluster_, kv.key);
-  if (!id) return;  // another key of the cluster (the roll's lock): not ours
+  if (!id) return;  // another key of the cluster (a driver's lock): not ours
   members_.erase(*id);
   bad_members_.erase(kv.key);
   if (deleted) return;
@@ -83,22 +108,6 @@ void ClusterView::ApplyMap(const KeyValue& kv, bool deleted) {
   }
   map_ = std::move(*decoded);
   map_error_.clear();
-}
-
-void ClusterView::ApplyRoll(const KeyValue& kv, bool deleted) {
-  std::optional<RollPlan> roll;
-  if (!deleted) {
-    auto decoded = DecodeRollJson(kv.value, kv.key);
-    if (decoded.ok()) {
-      roll = std::move(*decoded);
-    } else {
-      LOG(WARNING) << "cluster " << cluster_ << ": " << decoded.status().message()
-                   << "; no roll is acted on";
-    }
-  }
-  if (roll == roll_) return;
-  roll_ = std::move(roll);
-  roll_changed_ = true;
 }
 
 const Member* ClusterView::member(const std::string& node_id) const {

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <thread>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -99,8 +100,9 @@ class NodeSessionImpl final : public NodeSession {
   bool bound_ ABSL_GUARDED_BY(mu_) = false;                   // the instance key holds our instance
   std::optional<absl::Status> foreign_ ABSL_GUARDED_BY(mu_);  // bound to another: final
   std::optional<proto::ShardMap> pending_map_ ABSL_GUARDED_BY(mu_);  // held until bound_
-  std::optional<RollPlan> pending_roll_ ABSL_GUARDED_BY(mu_);        // when roll_dirty_
-  bool roll_dirty_ ABSL_GUARDED_BY(mu_) = false;
+  // Plans changed and not delivered yet (outer nullopt: no change).
+  std::optional<std::optional<RollPlan>> pending_roll_ ABSL_GUARDED_BY(mu_);
+  std::optional<std::optional<MigrationPlan>> pending_migration_ ABSL_GUARDED_BY(mu_);
   AnnotatedMutex deliver_mu_;  // one on_map at a time, in order, from either thread
   Member self_ ABSL_GUARDED_BY(mu_);
   std::optional<int64_t> adopt_ ABSL_GUARDED_BY(mu_);
@@ -423,12 +425,13 @@ absl::Status NodeSessionImpl::Foreign(const std::string& holder) {
   return s;
 }
 
-// Hands a map to on_map, then a changed roll plan to on_roll, once the node
-// id is bound to this instance; until then the latest ones wait (a duplicate
-// must never get a map to serve or a roll to act on).
+// Hands a map to on_map, then changed plans to on_roll and on_migration,
+// once the node id is bound to this instance; until then the latest ones
+// wait (a duplicate must never get a map to serve or a plan to act on).
 void NodeSessionImpl::Deliver(std::optional<proto::ShardMap> map) {
   AnnotatedLock d(&deliver_mu_);
   std::optional<std::optional<RollPlan>> roll;
+  std::optional<std::optional<MigrationPlan>> migration;
   {
     AnnotatedLock l(&mu_);
     if (!bound_) {
@@ -437,12 +440,12 @@ void NodeSessionImpl::Deliver(std::optional<proto::ShardMap> map) {
     }
     if (!map) map = std::move(pending_map_);
     pending_map_.reset();
-    if (roll_dirty_) roll = std::move(pending_roll_);
-    roll_dirty_ = false;
-    pending_roll_.reset();
+    roll = std::exchange(pending_roll_, std::nullopt);
+    migration = std::exchange(pending_migration_, std::nullopt);
   }
   if (map && callbacks_.on_map) callbacks_.on_map(std::move(*map));
   if (roll && callbacks_.on_roll) callbacks_.on_roll(*roll);
+  if (migration && callbacks_.on_migration) callbacks_.on_migration(*migration);
 }
 
 // ---- The watch thread --------------------------------------------------------
@@ -450,7 +453,7 @@ void NodeSessionImpl::Deliver(std::optional<proto::ShardMap> map) {
 void NodeSessionImpl::OnWatchUpdate(const WatchUpdate& update) {
   std::optional<proto::ShardMap> changed = view_.Apply(update);
   const Member* me = view_.member(options_.node_id);
-  bool lost = false, roll = false;
+  bool lost = false, plans = false;
   {
     AnnotatedLock l(&mu_);
     seen_revision_ = view_.revision();
@@ -459,15 +462,12 @@ void NodeSessionImpl::OnWatchUpdate(const WatchUpdate& update) {
     status_.map_errors = view_.map_errors();
     if (changed) status_.map_epoch = changed->epoch;
     lost = status_.registered && !own_key_seen_ && seen_revision_ >= claimed_revision_;
-    if (view_.roll_changed()) {
-      pending_roll_ = view_.roll();
-      roll_dirty_ = true;
-      roll = true;
-      view_.ClearRollChanged();
-    }
+    if (auto r = view_.roll().TakeChange()) pending_roll_ = std::move(r);
+    if (auto m = view_.migration().TakeChange()) pending_migration_ = std::move(m);
+    plans = pending_roll_.has_value() || pending_migration_.has_value();
   }
   if (lost) cv_.notify_all();
-  if (changed || roll) Deliver(std::move(changed));
+  if (changed || plans) Deliver(std::move(changed));
 }
 
 void NodeSessionImpl::OnWatchState(const absl::Status& s) {

@@ -162,7 +162,8 @@ ClusterAgent::ClusterAgent(ClusterAgentOptions options, cluster::Identity identi
             absl::MutexLock l(&mu_);
             self_.roll = std::move(r);
             UpdateMemberLocked();
-          }) {}
+          }),
+      guard_(identity_.node_id) {}
 
 ClusterAgent::~ClusterAgent() { Stop(); }
 
@@ -222,6 +223,7 @@ void ClusterAgent::Publish(proto::ShardMap map, const char* source) {
   std::shared_ptr<const server::ShardView> view =
       server::ShardView::ForNode(std::move(map), identity_.node_id);
   gate_->Publish(view);
+  guard_.OnView(view);
   const proto::ShardMap& m = view->map;
   const bool ownership_changed = prev == nullptr || prev->map.epoch != m.epoch ||
                                  prev->self != view->self ||
@@ -263,6 +265,7 @@ absl::StatusOr<std::unique_ptr<cluster::NodeSession>> ClusterAgent::MakeSession(
   cb.on_map = [this](proto::ShardMap m) { OnMap(std::move(m)); };
   cb.on_refused = [this](const absl::Status& s) { OnRefused(s); };
   cb.on_roll = [this](const std::optional<cluster::RollPlan>& p) { roll_.OnPlan(p); };
+  cb.on_migration = [this](const std::optional<cluster::MigrationPlan>& p) { guard_.OnPlan(p); };
   return cluster::NodeSession::Create(std::move(so), std::move(cb));
 }
 
@@ -431,6 +434,8 @@ void ClusterAgent::SetUpgrade(RollAgent::UpgradeFn upgrade) {
   roll_.SetUpgrade(std::move(upgrade));
 }
 
+void ClusterAgent::SetGuard(GuardAgent::GuardFn guard) { guard_.SetGuard(std::move(guard)); }
+
 void ClusterAgent::SetHealth(std::function<cluster::MemberHealth()> health) {
   absl::MutexLock l(&mu_);
   health_ = std::move(health);
@@ -496,6 +501,12 @@ std::vector<server::ExtraStat> ClusterAgent::Stats() const {
       {"cluster_lease_ttl_left_ms", "", "gauge",
        "Time left on the member key's lease at its last keepalive (ms).",
        static_cast<double>(st.lease_ttl_left_ms)},
+      {"cluster_guard_wanted", "", "gauge",
+       "1 while a slot migration moves slots from this node (its guard must be up).",
+       guard_.wanted() ? 1.0 : 0.0},
+      {"cluster_guard_held", "", "gauge",
+       "1 while the node's guard is up and every client session acknowledged it or was cut.",
+       guard_.held() ? 1.0 : 0.0},
   };
 }
 

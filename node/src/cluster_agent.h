@@ -53,6 +53,7 @@
 #include "kvnode/proto/shard_map.h"
 #include "kvnode/server/admin.h"
 #include "kvnode/server/shard_gate.h"
+#include "guard_agent.h"
 #include "roll_agent.h"
 
 namespace kvnode::node {
@@ -116,13 +117,17 @@ class ClusterAgent final : public upgrade::ClusterMember {
   // once) unless it was handed to a new process. Idempotent.
   void Stop();
   // cluster_map_epoch, cluster_slots_owned, cluster_etcd_connected,
-  // cluster_lease_ttl_left_ms (Server::SetExtraStats).
+  // cluster_lease_ttl_left_ms, cluster_guard_wanted, cluster_guard_held
+  // (Server::SetExtraStats).
   std::vector<server::ExtraStat> Stats() const;
 
   // Once the process can run a live upgrade: the fleet roll's hook
   // (roll_agent.h), and the error counters the member key carries for the
   // roll's health gate (polled every 200 ms, written when they change).
   void SetUpgrade(RollAgent::UpgradeFn upgrade);
+  // Once the server runs: how the migration's guard agent raises and lowers
+  // the server's guard (guard_agent.h).
+  void SetGuard(GuardAgent::GuardFn guard);
   void SetHealth(std::function<cluster::MemberHealth()> health);
 
   // upgrade::ClusterMember (node.h).
@@ -179,6 +184,7 @@ class ClusterAgent final : public upgrade::ClusterMember {
   std::function<cluster::MemberHealth()> health_ ABSL_GUARDED_BY(mu_);
   // Acts on the fleet roll's plan; uses self_ and the session (mu_).
   RollAgent roll_;
+  GuardAgent guard_;
 
   // Held across the map file's write, so that HandOffLease returns only once
   // no write is under way (invariant 1).

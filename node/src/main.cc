@@ -18,6 +18,7 @@
 #include "kvnode/base/time_zone.h"
 #include "kvnode/base/version.h"
 #include "kvnode/node/node.h"
+#include "kvnode/server/admin.h"
 #include "kvnode/server/options.h"
 #include "kvnode/server/server.h"
 #include "kvnode/upgrade/fault.h"
@@ -408,6 +409,16 @@ int main(int argc, char** argv) {
         [&upgrade_metrics, srv = server.get()] { return Health(*srv, upgrade_metrics); });
     agent->SetUpgrade([&old_side](const std::string& binary, std::function<void(std::string)> r) {
       old_side.Request(binary, std::move(r));
+    });
+    agent->SetGuard([srv = server.get()](bool up, std::function<void(absl::Status)> done) {
+      srv->RunOnControlThread([srv, up, done = std::move(done)]() mutable {
+        if (!up) {
+          srv->LowerGuard();
+          done(absl::OkStatus());
+          return;
+        }
+        srv->RaiseGuard(absl::Seconds(kvnode::server::kDefaultGuardAckTimeoutS), std::move(done));
+      });
     });
   }
   if (tail != nullptr) tail->Start(old_side.busy_flag());

@@ -10,6 +10,7 @@
 #include "kvnode/cluster/admin.h"
 #include "kvnode/cluster/keys.h"
 #include "kvnode/cluster/map_json.h"
+#include "kvnode/cluster/migration.h"
 
 namespace kvnode::cluster {
 namespace {
@@ -26,6 +27,7 @@ struct Seen {
   std::vector<proto::ShardMap> maps;
   std::vector<absl::Status> refusals;
   std::vector<std::optional<RollPlan>> rolls;
+  std::vector<std::optional<MigrationPlan>> migrations;
 
   NodeSessionCallbacks Callbacks() {
     return {.on_map =
@@ -42,6 +44,11 @@ struct Seen {
                 [this](const std::optional<RollPlan>& p) {
                   std::lock_guard<std::mutex> l(mu);
                   rolls.push_back(p);
+                },
+            .on_migration =
+                [this](const std::optional<MigrationPlan>& p) {
+                  std::lock_guard<std::mutex> l(mu);
+                  migrations.push_back(p);
                 }};
   }
   std::optional<proto::ShardMap> last() {
@@ -161,6 +168,42 @@ TEST_F(NodeSessionTest, DeliversTheRollPlanAsItChanges) {
   PutMap(2);  // a map change alone delivers no plan
   ASSERT_TRUE(WaitUntil([&] { return seen.last() && seen.last()->epoch == 2; }));
   EXPECT_EQ(rolls().size(), 3u);
+  session->Stop(/*revoke=*/true);
+}
+
+// The slot migration's plan likewise, beside the roll's: a change of one
+// delivers only it.
+TEST_F(NodeSessionTest, DeliversTheMigrationPlanAsItChanges) {
+  PutMap(1);
+  MigrationPlan plan;
+  plan.migration_id = "m-20261207T000000-0001";
+  plan.moves.resize(1);
+  plan.moves[0].first = 0;
+  plan.moves[0].last = 7;
+  plan.moves[0].from = "a";
+  plan.moves[0].to = "b";
+  ASSERT_TRUE(client_->Put(MigrationKey("c1"), EncodeMigrationJson(plan)).ok());
+  Seen seen;
+  auto session = NewSession(kInstanceA, &seen);
+  ASSERT_TRUE(session->Start(Self(kInstanceA), std::nullopt).ok());
+  auto migrations = [&] {
+    std::lock_guard<std::mutex> l(seen.mu);
+    return seen.migrations;
+  };
+  ASSERT_TRUE(WaitUntil([&] { return migrations().size() == 1; }));
+  EXPECT_EQ(migrations()[0], plan);
+  plan.moves[0].state = MoveState::kCopying;
+  plan.moves[0].attempt = 1;
+  ASSERT_TRUE(client_->Put(MigrationKey("c1"), EncodeMigrationJson(plan)).ok());
+  ASSERT_TRUE(WaitUntil([&] { return migrations().size() == 2; }));
+  EXPECT_EQ(migrations()[1], plan);
+  ASSERT_TRUE(client_->Delete(MigrationKey("c1")).ok());
+  ASSERT_TRUE(WaitUntil([&] { return migrations().size() == 3; }));
+  EXPECT_FALSE(migrations()[2].has_value());
+  {
+    std::lock_guard<std::mutex> l(seen.mu);
+    EXPECT_TRUE(seen.rolls.empty()) << "no roll plan changed";
+  }
   session->Stop(/*revoke=*/true);
 }
 

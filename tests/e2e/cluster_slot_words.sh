@@ -14,7 +14,9 @@
 #      new values, through READs recognised as not served
 #      (reads_not_served) and rerouted after WRONG_SHARD.
 #   3. under kvload --cluster --verify, a's guard goes up (every session
-#      acknowledges, none is cut; a live upgrade is refused) and down.
+#      acknowledges, none is cut; a live upgrade is refused) and down;
+#   4. the same guard raised by a itself for a migration plan with a move
+#      from it copying, and lowered once it serves the map of the commit.
 # Each move waits until both nodes report that their slot words show the new
 # map (cluster_slot_words_epoch). ~30 s in the TCG guest.
 # KV_SLOT_WORDS=false runs step 2's reader without slot words too: the test
@@ -103,6 +105,36 @@ kv_cluster_more_puts 50 "the guard went down" 0
 kv_cluster_load_stop strict
 kv_load_report_clean
 kv_ok "the guard under load: $up; a live upgrade refused while it was up"
+
+# 4. The guard by the migration plan: a move of a's slots 1024..1087 to b,
+# copying, raises a's guard by itself (held: every kvload session
+# acknowledged), not b's; once the move is committed (the map gives the
+# slots to b, the move done), a lowers it when it serves that map. The load
+# stops first: no record is moved here.
+plan_json() { # MIGRATION_STATE MOVE_STATE
+  printf '{"migration_id":"m-20261207T000000-0001","kind":"rebalance","node":"","rate_mb_s":0,'
+  printf '"state":"%s","reason":"","from_epoch":3,"moves":[{"first":1024,"last":1087,' "$1"
+  printf '"from":"a","to":"b","state":"%s","attempt":1,"keys":0,"bytes":0,"reason":""}]}' "$2"
+}
+kv_cluster_load plan --verify --clients 4
+kv_etcdctl put "/kvnode/$KV_CLUSTER/migration" "$(plan_json running copying)" >/dev/null ||
+  kv_fail "cannot write the migration plan"
+kv_wait_for 30 kv_node_stat_is 0 cluster_guard_held 1 ||
+  kv_fail "a's guard not held within 30 s of a move from it copying"
+kv_node_stat_is 1 cluster_guard_wanted 0 || kv_fail "b, the move's target, wants its guard up"
+kv_cluster_more_puts 50 "a's guard went up" 0
+kv_cluster_load_stop strict
+kv_load_report_clean
+kv_etcdctl put "/kvnode/$KV_CLUSTER/map" \
+  "{\"cluster\":\"$KV_CLUSTER\",\"epoch\":4,\"slots\":4096,\"nodes\":[\"a\",\"b\"],\"ranges\":[[0,\"a\"],[1024,\"b\"],[1088,\"a\"],[2048,\"b\"]]}" \
+  >/dev/null || kv_fail "cannot write map epoch 4"
+kv_etcdctl put "/kvnode/$KV_CLUSTER/migration" "$(plan_json done done)" >/dev/null ||
+  kv_fail "cannot write the migration plan"
+kv_wait_for 30 kv_node_stat_is 0 cluster_guard_wanted 0 ||
+  kv_fail "a still wants its guard up 30 s after the move was committed"
+kv_node_stat_is 0 cluster_map_epoch 4 || kv_fail "a lowered its guard before serving map epoch 4"
+kv_node_stat_is 0 cluster_guard_held 0 || kv_fail "a's guard still held"
+kv_ok "a's guard went up for its move copying, and down once it served the commit's map"
 
 kv_cluster_stop
 echo "cluster_slot_words: PASS"

@@ -47,6 +47,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "kvnode/cluster/member.h"
+#include "kvnode/cluster/migration.h"
 #include "kvnode/cluster/roll.h"
 #include "kvnode/proto/shard_map.h"
 
@@ -77,6 +78,9 @@ struct NodeSessionCallbacks {
   // decode). Held back, like maps, until the binding is confirmed; on the
   // watch thread, after on_map. Optional.
   std::function<void(const std::optional<RollPlan>&)> on_roll;
+  // The slot migration's plan changed (nullopt: none, or one that does not
+  // decode); like on_roll, after it. Optional.
+  std::function<void(const std::optional<MigrationPlan>&)> on_migration;
 };
 
 struct NodeSessionStatus {

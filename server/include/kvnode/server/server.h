@@ -30,6 +30,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "kvnode/proto/control.h"
 #include "kvnode/server/admin.h"
 #include "kvnode/server/dedupe.h"
@@ -122,6 +123,15 @@ class Server {
   // Why a live upgrade must not start now (the node's guard is up: a slot
   // migration is moving slots away from it), or nullopt. Control thread.
   std::optional<std::string> UpgradeBlocker() const;
+
+  // --- The guard (docs/cluster.md "Slot migration", protocol.md 1.5) -------
+  // Control thread (RunOnControlThread), a cluster node. RaiseGuard tells
+  // every session to check the slot words and answers `done` once each has
+  // acknowledged or been cut (at `ack_timeout`), or with why it could not
+  // (not a cluster node, a live upgrade under way). LowerGuard: clients on
+  // maps older than the node's go on checking, the rest stop.
+  void RaiseGuard(absl::Duration ack_timeout, std::function<void(absl::Status)> done);
+  void LowerGuard();
 
   // Runs `task` on the control thread. Any thread.
   void RunOnControlThread(std::function<void()> task);
