@@ -46,6 +46,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "guard_agent.h"
 #include "kvnode/cluster/identity.h"
 #include "kvnode/cluster/member.h"
 #include "kvnode/cluster/node_session.h"
@@ -53,7 +54,6 @@
 #include "kvnode/proto/shard_map.h"
 #include "kvnode/server/admin.h"
 #include "kvnode/server/shard_gate.h"
-#include "guard_agent.h"
 #include "roll_agent.h"
 
 namespace kvnode::node {

@@ -71,8 +71,9 @@ void GuardAgent::Reconsider() {
     guard = guard_;
     LOG(INFO) << "cluster: slot migration "
               << (plan_.has_value() ? plan_->migration_id : std::string("(none)")) << ": guard "
-              << (up ? "up: a move takes slots from this node" : "down: no move takes slots "
-                                                                 "from this node any more");
+              << (up ? "up: a move takes slots from this node"
+                     : "down: no move takes slots "
+                       "from this node any more");
   }
   // Outside the lock: the answer may come at once, on this thread.
   guard(up, [this, up, ask](absl::Status st) {

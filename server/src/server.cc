@@ -171,9 +171,8 @@ void Server::SetUpgradeHandler(UpgradeHandler handler) {
 }
 std::optional<std::string> Server::UpgradeBlocker() const { return impl_->GuardBlocksUpgrade(); }
 void Server::RaiseGuard(absl::Duration ack_timeout, std::function<void(absl::Status)> done) {
-  impl_->RaiseGuard(ack_timeout, [done = std::move(done)](absl::StatusOr<GuardRaised> r) {
-    done(r.status());
-  });
+  impl_->RaiseGuard(ack_timeout,
+                    [done = std::move(done)](absl::StatusOr<GuardRaised> r) { done(r.status()); });
 }
 void Server::LowerGuard() { impl_->LowerGuard(); }
 void Server::RunOnControlThread(std::function<void()> task) {

@@ -177,6 +177,7 @@ TEST_F(NodeSessionTest, DeliversTheMigrationPlanAsItChanges) {
   PutMap(1);
   MigrationPlan plan;
   plan.migration_id = "m-20261207T000000-0001";
+  plan.from_epoch = 1;
   plan.moves.resize(1);
   plan.moves[0].first = 0;
   plan.moves[0].last = 7;
