@@ -28,21 +28,31 @@ namespace kvnode::client {
 // up by hand: no device, no peer.
 class ImplTestPeer {
  public:
+  // An arena of 8 MiB with a 1024-bucket index at 4096.
+  static storage::Geometry SmallGeometry() {
+    storage::Geometry g;
+    g.arena_size = 8 << 20;
+    g.index_offset = 4096;
+    g.bucket_count = 1024;
+    g.hash_seed = 7;
+    return g;
+  }
+  // Zeroed memory for one operation slot's buffers.
+  static void GiveSlotMemory(Client::Impl& c) {
+    absl::StatusOr<rdma::HostMemory> mem =
+        rdma::HostMemory::Allocate((size_t{Client::Impl::kSlotStride} + 4095) / 4096 * 4096);
+    EXPECT_TRUE(mem.ok()) << mem.status();
+    c.slot_mem_ = *std::move(mem);
+  }
+
   // Slot 0 holds a GET whose READ of a cached location was posted on session
   // 1, which is now retiring (lost, or left by a Move), and `current` (or
   // none) is where new work goes. The READ completes with bytes that are
   // not the key's object: the location is stale. Returns the slot's state.
   static Slot::State StaleCachedReadDone(std::unique_ptr<Session> current) {
     Client::Impl c(ClientOptions{});
-    storage::Geometry g;
-    g.arena_size = 8 << 20;
-    g.index_offset = 4096;
-    g.bucket_count = 1024;
-    g.hash_seed = 7;
-    absl::StatusOr<rdma::HostMemory> mem =
-        rdma::HostMemory::Allocate((size_t{Client::Impl::kSlotStride} + 4095) / 4096 * 4096);
-    EXPECT_TRUE(mem.ok()) << mem.status();
-    c.slot_mem_ = *std::move(mem);  // zeros: no object there
+    const storage::Geometry g = SmallGeometry();
+    GiveSlotMemory(c);  // zeros: no object there
     auto old = std::make_unique<Session>();
     old->epoch = 1;
     old->geometry = g;
@@ -78,15 +88,8 @@ class ImplTestPeer {
   };
   static WordedRead WordedReadDone(uint8_t word) {
     Client::Impl c(ClientOptions{});
-    storage::Geometry g;
-    g.arena_size = 8 << 20;
-    g.index_offset = 4096;
-    g.bucket_count = 1024;
-    g.hash_seed = 7;
-    absl::StatusOr<rdma::HostMemory> mem =
-        rdma::HostMemory::Allocate((size_t{Client::Impl::kSlotStride} + 4095) / 4096 * 4096);
-    EXPECT_TRUE(mem.ok()) << mem.status();
-    c.slot_mem_ = *std::move(mem);
+    const storage::Geometry g = SmallGeometry();
+    GiveSlotMemory(c);
     auto ses = std::make_unique<Session>();
     ses->epoch = 1;
     ses->geometry = g;

@@ -9,13 +9,12 @@
 #include <gflags/gflags.h>
 
 #include <cstdio>
-#include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "kvnode/client/admin.h"
 #include "kvnode/client/client.h"
 
 DEFINE_string(server, "127.0.0.1:7000", "node address");
@@ -75,11 +74,12 @@ int main(int argc, char** argv) {
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   std::string token;
   if (!FLAGS_auth_token_file.empty()) {
-    std::ifstream in(FLAGS_auth_token_file);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    token = ss.str();
-    while (!token.empty() && (token.back() == '\n' || token.back() == '\r')) token.pop_back();
+    absl::StatusOr<std::string> t = kvnode::client::ReadAuthTokenFile(FLAGS_auth_token_file);
+    if (!t.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(t.status().message()).c_str());
+      return 2;
+    }
+    token = *std::move(t);
   }
   ClientOptions oa;
   oa.server = FLAGS_server;

@@ -25,12 +25,12 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "kvnode/client/admin.h"
 #include "kvnode/client/cluster_client.h"
 #include "kvnode/proto/shard_map.h"
 
@@ -96,11 +96,12 @@ int main(int argc, char** argv) {
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   std::string token;
   if (!FLAGS_auth_token_file.empty()) {
-    std::ifstream in(FLAGS_auth_token_file);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    token = ss.str();
-    while (!token.empty() && (token.back() == '\n' || token.back() == '\r')) token.pop_back();
+    absl::StatusOr<std::string> t = kvnode::client::ReadAuthTokenFile(FLAGS_auth_token_file);
+    if (!t.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(t.status().message()).c_str());
+      return 2;
+    }
+    token = *std::move(t);
   }
   if (FLAGS_slot_lo >= FLAGS_slot_hi || FLAGS_slot_hi > FLAGS_slots || FLAGS_go.empty() ||
       FLAGS_ready.empty()) {
