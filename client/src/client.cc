@@ -266,23 +266,22 @@ void Client::Impl::PollControl(Session* s, absl::Time now) {
   }
 }
 
+bool Client::Impl::SessionAsked(Session* s, uint64_t feature, const char* message,
+                                const char* what) {
+  if ((s->welcome.features & hello_features_ & feature) != 0) return true;
+  s->broken = true;
+  s->broken_why = absl::UnavailableError(absl::StrCat(
+      "unexpected control message ", message, " (this session did not ask for ", what, ")"));
+  return false;
+}
+
 void Client::Impl::OnShardMap(Session* s, const proto::ShardMapMsg& m) {
-  if ((s->welcome.features & hello_features_ & proto::kFeatureShardMap) == 0) {
-    s->broken = true;
-    s->broken_why = absl::UnavailableError(
-        "unexpected control message ShardMap (this session did not ask for shard maps)");
-    return;
-  }
+  if (!SessionAsked(s, proto::kFeatureShardMap, "ShardMap", "shard maps")) return;
   maps_.push_back(m.map);
 }
 
 void Client::Impl::OnGuard(Session* s, const proto::Guard& g) {
-  if ((s->welcome.features & hello_features_ & proto::kFeatureSlotWords) == 0) {
-    s->broken = true;
-    s->broken_why = absl::UnavailableError(
-        "unexpected control message Guard (this session did not ask for slot words)");
-    return;
-  }
+  if (!SessionAsked(s, proto::kFeatureSlotWords, "Guard", "slot words")) return;
   VLOG(1) << "kvclient: client " << client_id_ << ": " << s->endpoint
           << " checks slot words below map epoch " << g.check_below_epoch << " (ours " << map_epoch_
           << ")";

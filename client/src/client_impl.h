@@ -308,6 +308,9 @@ class Client::Impl {
   void PollControl(Session* s, absl::Time now);
   // A ShardMap frame: kept for TakeMaps when the session negotiated
   // kFeatureShardMap, else the session is broken as by any unexpected frame.
+  // A frame that belongs to `feature`: true when the session negotiated it,
+  // else the session is broken as by any unexpected frame.
+  bool SessionAsked(Session* s, uint64_t feature, const char* message, const char* what);
   void OnShardMap(Session* s, const proto::ShardMapMsg& m);
   // A Guard frame (kFeatureSlotWords): the new guard applies to READs
   // posted from now on; the GuardAck waits for those posted before it.
